@@ -1,0 +1,185 @@
+"""Losses and estimators shared by REINFORCE, A2C, PPO and the RLHF chapters.
+
+All take batch-first tensors and an optional ``mask`` (1 on valid entries). A loss returns a scalar:
+the mean over valid entries (the token mean). Diagnostics are separate functions, so a loss is just a loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "masked_mean",
+    "masked_whiten",
+    "policy_gradient_loss",
+    "clipped_policy_loss",
+    "clipped_value_loss",
+    "entropy",
+    "kl_estimate",
+    "approx_kl",
+    "clip_fraction",
+    "explained_variance",
+]
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def _check_same_shape(reference_name: str, reference: torch.Tensor, **others: torch.Tensor | None) -> None:
+    for name, tensor in others.items():
+        if tensor is not None and tuple(tensor.shape) != tuple(reference.shape):
+            raise ValueError(
+                f"{name} must have the shape of {reference_name} {tuple(reference.shape)}, got {tuple(tensor.shape)}"
+            )
+
+
+def _check_clip(name: str, value: float | None) -> None:
+    if value is not None and not float(value) > 0.0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over the entries where ``mask`` is 1 (all entries when ``mask`` is None).
+
+    With ``dim``, a row with no valid entry has mean 0 (so padding-only rows add nothing to a loss).
+    """
+    if mask is None:
+        return x.mean() if dim is None else x.mean(dim=dim)
+    _check_same_shape("x", x, mask=mask)
+    mask = mask.to(x.dtype)
+    if dim is None:
+        count = mask.sum()
+        if count == 0:
+            raise ValueError("mask has no valid entries: the mean over them is undefined")
+        return (x * mask).sum() / count
+    return (x * mask).sum(dim=dim) / mask.sum(dim=dim).clamp_min(1.0)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps)`` with mean and (unbiased) variance over valid entries only.
+
+    Entries where the mask is 0 come back as 0. Used to normalise advantages per minibatch.
+    """
+    mean = masked_mean(x, mask)
+    centred = x - mean
+    count = x.numel() if mask is None else mask.sum()
+    if count < 2:
+        raise ValueError(f"masked_whiten needs at least 2 valid entries, got {int(count)}")
+    variance = masked_mean(centred**2, mask) * count / (count - 1)
+    whitened = centred * torch.rsqrt(variance + eps)
+    return whitened if mask is None else whitened * mask.to(x.dtype)
+
+
+def policy_gradient_loss(
+    logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """REINFORCE / actor-critic surrogate ``-mean(log pi(a|s) * A)`` (eq. 1.13).
+
+    Its gradient is the policy-gradient estimate. The advantages are treated as constants (detached):
+    a critic must never learn through the actor's loss.
+    """
+    _check_same_shape("logprobs", logprobs, advantages=advantages, mask=mask)
+    return -masked_mean(logprobs * advantages.detach(), mask)
+
+
+def clipped_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_eps: float = 0.2,
+    mask: torch.Tensor | None = None,
+    clip_eps_high: float | None = None,
+) -> torch.Tensor:
+    """PPO's clipped surrogate (eq. 1.14): ``mean(max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high)))``.
+
+    ``rho = exp(logprobs - old_logprobs)``; ``clip_eps_high`` (default ``clip_eps``) allows the asymmetric
+    "clip-higher" range of DAPO. The max of the two negated terms is the pessimistic bound: on the
+    clipped side the gradient is zero.
+    """
+    _check_same_shape("logprobs", logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
+    _check_clip("clip_eps", clip_eps)
+    _check_clip("clip_eps_high", clip_eps_high)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    advantages = advantages.detach()
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
+    return masked_mean(torch.maximum(unclipped, clipped), mask)
+
+
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip_eps: float | None = 0.2,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Critic loss ``0.5 * mean(max((V - R)^2, (V_clip - R)^2))`` (eq. 1.15).
+
+    ``V_clip = V_old + clip(V - V_old, -eps, eps)``. With ``clip_eps=None`` it is ``0.5 * MSE``.
+    """
+    _check_same_shape("values", values, old_values=old_values, returns=returns, mask=mask)
+    _check_clip("clip_eps", clip_eps)
+    returns = returns.detach()
+    squared_error = (values - returns) ** 2
+    if clip_eps is not None:
+        old_values = old_values.detach()
+        clipped = old_values + torch.clamp(values - old_values, -clip_eps, clip_eps)
+        squared_error = torch.maximum(squared_error, (clipped - returns) ** 2)
+    return 0.5 * masked_mean(squared_error, mask)
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy ``-sum_a pi(a) log pi(a)`` of the categorical distribution at each position (last dim)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (eqs. 1.16-1.18); no reduction.
+
+    With ``log_r = ref_logprobs - logprobs``: k1 = -log_r (unbiased, can be negative),
+    k2 = log_r^2 / 2 (biased, low variance), k3 = exp(log_r) - log_r - 1 (unbiased and >= 0).
+    """
+    _check_same_shape("logprobs", logprobs, ref_logprobs=ref_logprobs)
+    if kind not in KL_ESTIMATORS:
+        raise ValueError(f"kind must be one of {KL_ESTIMATORS}, got {kind!r}")
+    log_ratio = ref_logprobs - logprobs
+    if kind == "k1":
+        return -log_ratio
+    if kind == "k2":
+        return 0.5 * log_ratio**2
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Diagnostic: k3 estimate of KL(pi_old || pi) over the rollout's samples, as PPO implementations log it."""
+    with torch.no_grad():
+        return masked_mean(kl_estimate(old_logprobs, logprobs, "k3"), mask)
+
+
+def clip_fraction(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    clip_eps: float = 0.2,
+    mask: torch.Tensor | None = None,
+    clip_eps_high: float | None = None,
+) -> torch.Tensor:
+    """Diagnostic: fraction of valid entries whose ratio lies outside ``[1 - eps, 1 + eps_high]``."""
+    _check_same_shape("logprobs", logprobs, old_logprobs=old_logprobs, mask=mask)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    with torch.no_grad():
+        ratio = torch.exp(logprobs - old_logprobs)
+        outside = (ratio < 1.0 - clip_eps) | (ratio > 1.0 + high)
+        return masked_mean(outside.to(logprobs.dtype), mask)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Diagnostic: ``1 - Var[R - V] / Var[R]`` over valid entries (1 is perfect, <= 0 is no better than a constant)."""
+    _check_same_shape("values", values, returns=returns, mask=mask)
+    with torch.no_grad():
+        returns_variance = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+        residual = returns - values
+        residual_variance = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+        if returns_variance == 0:
+            return torch.tensor(float("nan"), dtype=values.dtype)
+        return 1.0 - residual_variance / returns_variance

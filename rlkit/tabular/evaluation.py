@@ -1,0 +1,91 @@
+"""Policy evaluation two ways: the exact linear solve of the Bellman equation, and Monte Carlo rollouts."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlkit.advantages import discounted_returns
+
+
+def uniform_random_policy(n_states: int, n_actions: int) -> np.ndarray:
+    """``pi[s, a] = 1 / n_actions`` for every state: the policy Chapter 1 evaluates."""
+    return np.full((n_states, n_actions), 1.0 / n_actions)
+
+
+def _check_policy(policy: np.ndarray, n_states: int, n_actions: int) -> None:
+    if policy.shape != (n_states, n_actions):
+        raise ValueError(f"policy must have shape ({n_states}, {n_actions}), got {policy.shape}")
+    if np.any(policy < 0) or not np.allclose(policy.sum(axis=1), 1.0):
+        raise ValueError("policy rows must be probability distributions (non-negative, summing to 1)")
+
+
+def exact_policy_values(
+    P: np.ndarray, R: np.ndarray, policy: np.ndarray, gamma: float, terminal: np.ndarray | None = None
+) -> np.ndarray:
+    """Solve the Bellman expectation equation ``v = r_pi + gamma * P_pi v`` (eq. 1.7) exactly.
+
+    ``P[s, a, s']``, ``R[s, a]`` and ``policy[s, a]`` are arrays; terminal states have value 0, so with
+    ``gamma = 1`` the system is solvable whenever the policy reaches a terminal state with probability 1.
+    """
+    n_states, n_actions = R.shape
+    if P.shape != (n_states, n_actions, n_states):
+        raise ValueError(f"P must have shape ({n_states}, {n_actions}, {n_states}), got {P.shape}")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+    _check_policy(policy, n_states, n_actions)
+    P_pi = np.einsum("sa,sat->st", policy, P)
+    r_pi = np.einsum("sa,sa->s", policy, R)
+    if terminal is not None:
+        P_pi[terminal] = 0.0
+        r_pi[terminal] = 0.0
+    try:
+        return np.linalg.solve(np.eye(n_states) - gamma * P_pi, r_pi)
+    except np.linalg.LinAlgError as error:
+        raise ValueError("I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal state") from error
+
+
+def _episode_return(env: gym.Env, policy: np.ndarray, start_state: int, gamma: float, rng: np.random.Generator, seed: int):
+    state, _ = env.reset(seed=seed, options={"start_state": start_state})
+    rewards = []
+    terminated = truncated = False
+    while not (terminated or truncated):
+        action = int(rng.choice(policy.shape[1], p=policy[state]))
+        state, reward, terminated, truncated, _ = env.step(action)
+        rewards.append(reward)
+    returns = discounted_returns(torch.tensor([rewards], dtype=torch.float64), gamma)
+    return float(returns[0, 0])
+
+
+def monte_carlo_policy_values(
+    env: gym.Env,
+    policy: np.ndarray,
+    gamma: float,
+    episodes_per_state: int = 100,
+    seed: int = 0,
+    states: list[int] | None = None,
+) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Estimate ``v_pi(s) = E[G_0 | S_0 = s]`` (eq. 1.5) by averaging sampled returns from each start state.
+
+    Returns ``(values, returns)``: the sample means (NaN for states not evaluated) and every sampled
+    return per state. An episode cut by a time limit is truncated, not terminated: its return misses
+    the discounted tail, a bias of at most ``gamma**limit * max|v|`` that the caller keeps small.
+    """
+    if episodes_per_state < 1:
+        raise ValueError(f"episodes_per_state must be >= 1, got {episodes_per_state!r}")
+    n_states, n_actions = env.observation_space.n, env.action_space.n
+    _check_policy(policy, n_states, n_actions)
+    terminal = env.unwrapped.terminal | env.unwrapped.walls
+    states = [s for s in range(n_states) if not terminal[s]] if states is None else list(states)
+    rng = np.random.default_rng(seed)
+    values = np.full(n_states, np.nan)
+    values[terminal] = 0.0
+    sampled = {}
+    for index, state in enumerate(states):
+        sampled[state] = np.array([
+            _episode_return(env, policy, state, gamma, rng, seed=seed * 1_000_003 + index * episodes_per_state + k)
+            for k in range(episodes_per_state)
+        ])
+        values[state] = sampled[state].mean()
+    return values, sampled
