@@ -5,10 +5,10 @@ One implementation serves every chapter: CartPole passes ``[num_envs, num_steps]
 
 Both quantities solve the same backward linear recurrence,
 
-    x_t = a_t + c_t * x_{t+1},        x_T = 0,                                  (eq. 1.9)
+    x_t = a_t + c_t * x_{t+1},        x_T = 0,                  (eq-linear-recurrence)
 
-with ``a_t = r_t`` and ``c_t = gamma`` for returns (eq. 1.3), and ``a_t = delta_t`` and
-``c_t = gamma * lam`` for GAE (eq. 1.12). An episode end sets ``c_t = 0``, so nothing flows across it.
+with ``a_t = r_t`` and ``c_t = gamma`` for returns (eq-return-recursive), and ``a_t = delta_t`` and
+``c_t = gamma * lam`` for GAE (eq-gae). An episode end sets ``c_t = 0``, so nothing flows across it.
 The recurrence is solved for all ``t`` at once by a log-depth parallel scan instead of a Python loop
 over time (Chapter 1, "Two ways to compute GAE").
 """
@@ -44,7 +44,7 @@ def _check_last_value(last_value: torch.Tensor | None, batch: int) -> None:
 
 
 def reverse_linear_scan(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """Solve ``x_t = a_t + c_t * x_{t+1}`` (eq. 1.9) backwards over the last dim, with ``x_T = 0``.
+    """Solve ``x_t = a_t + c_t * x_{t+1}`` (eq-linear-recurrence) backwards over the last dim, ``x_T = 0``.
 
     Hillis-Steele scan: after the pass with offset ``s``, ``a_t`` holds the sum of the next ``2s``
     terms and ``c_t`` the product of the next ``2s`` factors, so ``ceil(log2 T)`` passes of whole-tensor
@@ -67,7 +67,7 @@ def discounted_returns(
     dones: torch.Tensor | None = None,
     last_value: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Discounted return ``G_t = r_t + gamma * (1 - done_t) * G_{t+1}`` (eq. 1.3) for ``[B, T]`` rewards.
+    """Discounted return ``G_t = r_t + gamma * (1 - done_t) * G_{t+1}`` (eq-return-recursive) for ``[B, T]``.
 
     ``dones[:, t] = 1`` ends the episode after step ``t``: nothing after it is added.
     ``last_value`` (shape ``[B]``) bootstraps after the last step, ``G_T = last_value`` (0 when None),
@@ -95,10 +95,10 @@ def gae(
     last_value: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation (eq. 1.12) for ``[B, T]`` tensors; returns ``(advantages, returns)``.
+    """Generalised advantage estimation (eq-gae, eq-gae-sum) for ``[B, T]`` tensors; returns ``(advantages, returns)``.
 
-    ``delta_t = r_t + gamma * (1 - end_t) * V_{t+1} - V_t`` (eq. 1.11) and
-    ``A_t = delta_t + gamma * lam * (1 - end_t) * A_{t+1}`` (eq. 1.12); ``returns = advantages + values``
+    ``delta_t = r_t + gamma * (1 - end_t) * V_{t+1} - V_t`` (eq-td-error) and
+    ``A_t = delta_t + gamma * lam * (1 - end_t) * A_{t+1}`` (eq-gae); ``returns = advantages + values``
     is the critic's target (the lambda-return). Neither carries a gradient.
 
     - ``dones[:, t] = 1``: the episode ended after step ``t``; no bootstrap and no flow across it.

@@ -72,7 +72,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float 
 def policy_gradient_loss(
     logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """REINFORCE / actor-critic surrogate ``-mean(log pi(a|s) * A)`` (eq. 1.13).
+    """REINFORCE / actor-critic surrogate ``-mean(log pi(a|s) * A)`` (Chapter 5 derives it).
 
     Its gradient is the policy-gradient estimate. The advantages are treated as constants (detached):
     a critic must never learn through the actor's loss.
@@ -89,7 +89,7 @@ def clipped_policy_loss(
     mask: torch.Tensor | None = None,
     clip_eps_high: float | None = None,
 ) -> torch.Tensor:
-    """PPO's clipped surrogate (eq. 1.14): ``mean(max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high)))``.
+    """PPO's clipped surrogate (Chapter 7): ``mean(max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high)))``.
 
     ``rho = exp(logprobs - old_logprobs)``; ``clip_eps_high`` (default ``clip_eps``) allows the asymmetric
     "clip-higher" range of DAPO. The max of the two negated terms is the pessimistic bound: on the
@@ -113,7 +113,7 @@ def clipped_value_loss(
     clip_eps: float | None = 0.2,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Critic loss ``0.5 * mean(max((V - R)^2, (V_clip - R)^2))`` (eq. 1.15).
+    """Critic loss ``0.5 * mean(max((V - R)^2, (V_clip - R)^2))`` (Chapter 7).
 
     ``V_clip = V_old + clip(V - V_old, -eps, eps)``. With ``clip_eps=None`` it is ``0.5 * MSE``.
     """
@@ -135,7 +135,7 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (eqs. 1.16-1.18); no reduction.
+    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Chapter 10; Schulman 2020); no reduction.
 
     With ``log_r = ref_logprobs - logprobs``: k1 = -log_r (unbiased, can be negative),
     k2 = log_r^2 / 2 (biased, low variance), k3 = exp(log_r) - log_r - 1 (unbiased and >= 0).

@@ -24,7 +24,7 @@ def _check_policy(policy: np.ndarray, n_states: int, n_actions: int) -> None:
 def exact_policy_values(
     P: np.ndarray, R: np.ndarray, policy: np.ndarray, gamma: float, terminal: np.ndarray | None = None
 ) -> np.ndarray:
-    """Solve the Bellman expectation equation ``v = r_pi + gamma * P_pi v`` (eq. 1.7) exactly.
+    """Solve the Bellman expectation equation ``v = r_pi + gamma * P_pi v`` (eq-bellman-matrix) exactly.
 
     ``P[s, a, s']``, ``R[s, a]`` and ``policy[s, a]`` are arrays; terminal states have value 0, so with
     ``gamma = 1`` the system is solvable whenever the policy reaches a terminal state with probability 1.
@@ -46,12 +46,12 @@ def exact_policy_values(
         raise ValueError("I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal state") from error
 
 
-def _episode_return(env: gym.Env, policy: np.ndarray, start_state: int, gamma: float, rng: np.random.Generator, seed: int):
-    state, _ = env.reset(seed=seed, options={"start_state": start_state})
+def _episode_return(env: gym.Env, cumulative_policy: np.ndarray, start_state: int, gamma: float, rng: np.random.Generator):
+    state, _ = env.reset(options={"start_state": start_state})
     rewards = []
     terminated = truncated = False
     while not (terminated or truncated):
-        action = int(rng.choice(policy.shape[1], p=policy[state]))
+        action = int(np.searchsorted(cumulative_policy[state], rng.random(), side="right"))
         state, reward, terminated, truncated, _ = env.step(action)
         rewards.append(reward)
     returns = discounted_returns(torch.tensor([rewards], dtype=torch.float64), gamma)
@@ -66,7 +66,7 @@ def monte_carlo_policy_values(
     seed: int = 0,
     states: list[int] | None = None,
 ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Estimate ``v_pi(s) = E[G_0 | S_0 = s]`` (eq. 1.5) by averaging sampled returns from each start state.
+    """Estimate ``v_pi(s) = E[G_0 | S_0 = s]`` (eq-value) by averaging sampled returns from each start state.
 
     Returns ``(values, returns)``: the sample means (NaN for states not evaluated) and every sampled
     return per state. An episode cut by a time limit is truncated, not terminated: its return misses
@@ -79,13 +79,15 @@ def monte_carlo_policy_values(
     terminal = env.unwrapped.terminal | env.unwrapped.walls
     states = [s for s in range(n_states) if not terminal[s]] if states is None else list(states)
     rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    cumulative_policy = np.cumsum(policy, axis=1)
+    cumulative_policy[:, -1] = 1.0  # guard against rounding: an action is always drawn
     values = np.full(n_states, np.nan)
     values[terminal] = 0.0
     sampled = {}
-    for index, state in enumerate(states):
-        sampled[state] = np.array([
-            _episode_return(env, policy, state, gamma, rng, seed=seed * 1_000_003 + index * episodes_per_state + k)
-            for k in range(episodes_per_state)
-        ])
+    for state in states:
+        sampled[state] = np.array(
+            [_episode_return(env, cumulative_policy, state, gamma, rng) for _ in range(episodes_per_state)]
+        )
         values[state] = sampled[state].mean()
     return values, sampled

@@ -1,0 +1,197 @@
+"""rlkit.losses against DeepSpeed-Chat's actor and critic losses, closed forms and exact KLs."""
+
+import math
+
+import pytest
+import torch
+
+from rlkit.losses import (
+    approx_kl,
+    clip_fraction,
+    clipped_policy_loss,
+    clipped_value_loss,
+    entropy,
+    explained_variance,
+    kl_estimate,
+    masked_mean,
+    masked_whiten,
+    policy_gradient_loss,
+)
+from tests.oracles import deepspeed_chat_actor_loss, deepspeed_chat_critic_loss
+
+
+def right_padded_mask(batch, length, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, length + 1, (batch,), generator=gen)
+    return (torch.arange(length)[None, :] < lengths[:, None]).double()
+
+
+def test_masked_mean_counts_only_valid_entries():
+    x = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert masked_mean(x, mask) == pytest.approx(2.0)
+    torch.testing.assert_close(masked_mean(x, mask, dim=1), torch.tensor([1.5, 3.0]))
+    assert masked_mean(x) == pytest.approx(x.mean().item())
+    with pytest.raises(ValueError, match="no valid entries"):
+        masked_mean(x, torch.zeros_like(mask))
+    with pytest.raises(ValueError, match="mask"):
+        masked_mean(x, torch.ones(3))
+
+
+def test_masked_whiten_standardises_valid_entries_and_zeroes_padding():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 9, generator=gen, dtype=torch.float64) * 3 + 5
+    mask = right_padded_mask(4, 9, seed=1)
+    whitened = masked_whiten(x, mask)
+    valid = whitened[mask.bool()]
+    assert valid.mean().item() == pytest.approx(0.0, abs=1e-12)
+    assert valid.var(unbiased=True).item() == pytest.approx(1.0, rel=1e-6)
+    assert torch.all(whitened[~mask.bool()] == 0)
+    x2 = x.clone()
+    x2[~mask.bool()] = 1e9  # padding must not move the statistics
+    torch.testing.assert_close(masked_whiten(x2, mask), whitened)
+
+
+def test_policy_gradient_loss_is_minus_mean_logprob_times_advantage_and_detaches_advantages():
+    logprobs = torch.randn(3, 4, requires_grad=True)
+    advantages = torch.randn(3, 4, requires_grad=True)
+    mask = right_padded_mask(3, 4).float()
+    loss = policy_gradient_loss(logprobs, advantages, mask)
+    expected = -(logprobs * advantages * mask).sum() / mask.sum()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    loss.backward()
+    assert advantages.grad is None
+    torch.testing.assert_close(logprobs.grad, -advantages.detach() * mask / mask.sum())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_clipped_policy_loss_equals_deepspeed_chat(seed):
+    gen = torch.Generator().manual_seed(seed)
+    logprobs = torch.randn(5, 7, generator=gen, dtype=torch.float64) * 0.3
+    old_logprobs = logprobs + torch.randn(5, 7, generator=gen, dtype=torch.float64) * 0.3
+    advantages = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    mask = right_padded_mask(5, 7, seed)
+    ours = clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=mask)
+    theirs = deepspeed_chat_actor_loss(logprobs, old_logprobs, advantages, mask, 0.2)
+    assert ours.item() == pytest.approx(theirs.item(), abs=1e-12)
+
+
+def test_clipped_policy_loss_is_minus_mean_advantage_at_ratio_one():
+    logprobs = torch.randn(4, 6, dtype=torch.float64)
+    advantages = torch.randn(4, 6, dtype=torch.float64)
+    mask = right_padded_mask(4, 6)
+    loss = clipped_policy_loss(logprobs, logprobs.clone(), advantages, mask=mask)
+    assert loss.item() == pytest.approx(-masked_mean(advantages, mask).item(), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "log_ratio, advantage, gradient_is_zero",
+    [
+        (math.log(1.5), 1.0, True),    # positive advantage, ratio above 1 + eps: clipped
+        (math.log(0.5), -1.0, True),   # negative advantage, ratio below 1 - eps: clipped
+        (math.log(1.1), 1.0, False),   # inside the range
+        (math.log(0.5), 1.0, False),   # positive advantage, ratio below: the unclipped term is the max
+        (math.log(1.5), -1.0, False),  # negative advantage, ratio above: unclipped, pessimistic
+    ],
+)
+def test_clipped_policy_loss_gradient_vanishes_exactly_on_the_clipped_side(log_ratio, advantage, gradient_is_zero):
+    old = torch.zeros(1, 1, dtype=torch.float64)
+    new = torch.full((1, 1), log_ratio, dtype=torch.float64, requires_grad=True)
+    clipped_policy_loss(new, old, torch.full((1, 1), advantage, dtype=torch.float64), clip_eps=0.2).backward()
+    assert (new.grad.item() == 0.0) == gradient_is_zero
+
+
+def test_clip_eps_high_widens_only_the_upper_side():
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    new = torch.tensor([[math.log(1.25), math.log(0.75)]], dtype=torch.float64)
+    advantages = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    symmetric = clipped_policy_loss(new, old, advantages, clip_eps=0.2)
+    higher = clipped_policy_loss(new, old, advantages, clip_eps=0.2, clip_eps_high=0.28)
+    assert symmetric.item() == pytest.approx((-1.2 + 0.8) / 2)
+    assert higher.item() == pytest.approx((-1.25 + 0.8) / 2)
+    assert clip_fraction(new, old, 0.2).item() == pytest.approx(1.0)  # 1.25 and 0.75 both outside [0.8, 1.2]
+    assert clip_fraction(new, old, 0.2, clip_eps_high=0.28).item() == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_clipped_value_loss_equals_deepspeed_chat(seed):
+    gen = torch.Generator().manual_seed(seed)
+    values, old_values, returns = (torch.randn(5, 7, generator=gen, dtype=torch.float64) for _ in range(3))
+    mask = right_padded_mask(5, 7, seed)
+    ours = clipped_value_loss(values, old_values, returns, clip_eps=0.2, mask=mask)
+    assert ours.item() == pytest.approx(deepspeed_chat_critic_loss(values, old_values, returns, mask, 0.2).item())
+
+
+def test_clipped_value_loss_is_half_mse_inside_the_clip_range_and_without_clipping():
+    gen = torch.Generator().manual_seed(0)
+    old_values = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    values = old_values + 0.1 * torch.rand(3, 5, generator=gen, dtype=torch.float64)  # |V - V_old| < 0.2
+    returns = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    half_mse = 0.5 * ((values - returns) ** 2).mean()
+    assert clipped_value_loss(values, old_values, returns, clip_eps=0.2).item() == pytest.approx(half_mse.item())
+    far = old_values + 5.0
+    assert clipped_value_loss(far, old_values, returns, clip_eps=None).item() == pytest.approx(
+        (0.5 * ((far - returns) ** 2).mean()).item()
+    )
+
+
+def test_entropy_matches_torch_distributions_and_log_n_for_uniform():
+    logits = torch.randn(3, 4, 6, dtype=torch.float64)
+    expected = torch.distributions.Categorical(logits=logits).entropy()
+    torch.testing.assert_close(entropy(logits), expected)
+    assert entropy(torch.zeros(1, 6)).item() == pytest.approx(math.log(6), rel=1e-6)
+
+
+def test_k3_is_non_negative_everywhere():
+    log_ratio = torch.linspace(-30, 30, 10001, dtype=torch.float64)
+    assert torch.all(kl_estimate(torch.zeros_like(log_ratio), log_ratio, "k3") >= 0)
+    assert torch.all(kl_estimate(torch.zeros(100), torch.randn(100) * 5, "k3") >= 0)
+
+
+def test_k1_and_k2_are_their_closed_forms():
+    logprobs, ref = torch.randn(4, 5), torch.randn(4, 5)
+    torch.testing.assert_close(kl_estimate(logprobs, ref, "k1"), logprobs - ref)
+    torch.testing.assert_close(kl_estimate(logprobs, ref, "k2"), 0.5 * (logprobs - ref) ** 2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_monte_carlo_means_of_k1_and_k3_match_the_exact_kl_of_two_categoricals(seed):
+    gen = torch.Generator().manual_seed(seed)
+    p_logits, q_logits = torch.randn(8, generator=gen, dtype=torch.float64), torch.randn(8, generator=gen, dtype=torch.float64)
+    log_p, log_q = torch.log_softmax(p_logits, 0), torch.log_softmax(q_logits, 0)
+    exact = (log_p.exp() * (log_p - log_q)).sum()
+    samples = torch.multinomial(log_p.exp(), 200_000, replacement=True, generator=gen)
+    for kind in ("k1", "k3"):
+        per_sample = kl_estimate(log_p[samples], log_q[samples], kind)
+        standard_error = per_sample.std() / math.sqrt(samples.numel())
+        assert abs(per_sample.mean() - exact) < 4 * standard_error, kind
+    k2 = kl_estimate(log_p[samples], log_q[samples], "k2").mean()
+    assert k2 > 0  # biased but close when p and q are close; not asserted equal
+
+
+def test_approx_kl_is_k3_of_old_against_new_and_explained_variance_bounds():
+    old = torch.randn(100, dtype=torch.float64)
+    new = old + 0.1 * torch.randn(100, dtype=torch.float64)
+    expected = ((new - old).exp() - 1 - (new - old)).mean()
+    assert approx_kl(new, old).item() == pytest.approx(expected.item())
+    returns = torch.randn(50, dtype=torch.float64)
+    assert explained_variance(returns, returns).item() == pytest.approx(1.0)
+    assert explained_variance(torch.full_like(returns, returns.mean().item()), returns).item() == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 3)), "old_logprobs"),
+        (lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), clip_eps=0.0), "clip_eps"),
+        (lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3, 2)), "advantages"),
+        (lambda: clipped_value_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2)), "returns"),
+        (lambda: clipped_value_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), clip_eps=-1), "clip_eps"),
+        (lambda: policy_gradient_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 2)), "mask"),
+        (lambda: kl_estimate(torch.zeros(3), torch.zeros(3), "k4"), "kind"),
+        (lambda: kl_estimate(torch.zeros(3), torch.zeros(4), "k1"), "ref_logprobs"),
+    ],
+)
+def test_bad_input_raises_a_value_error_naming_the_argument(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
