@@ -1,0 +1,69 @@
+# Every target sets itself up (idempotently): a fresh clone needs only `make book` or `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PORT ?= 8000
+BOOK_FLAGS ?=
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help setup chromium book book-strict test test-fast serve assignments bench clean
+
+help:
+	@echo "make book        build the HTML book in _build/html, executing every notebook (cached)"
+	@echo "make test        everything: unit and learning tests, assignments, strict book build, notebooks, browser check"
+	@echo "make test-fast   unit tests only (under 2 minutes)"
+	@echo "make serve       serve the built book on http://127.0.0.1:$(PORT)"
+	@echo "make assignments write the student release of every assignment"
+	@echo "make bench       run the benchmarks in bench/"
+
+# The versions we test with: torch 2.13.0 (CPU) and the rest pinned in constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[book,dev]" -c constraints.txt
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+# Debian's chromium for the browser check (never a browser download of playwright's own).
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+	@echo "Open _build/html/index.html, or run: make serve"
+
+# A full rebuild (--all) so that every page's warnings are seen; the execution cache keeps notebooks from re-running.
+book-strict: BOOK_FLAGS := --all -W -n --keep-going
+book-strict: book
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not book and not assignments and not learning" -q
+
+test:
+	@$(PYTHON) .ci/parts.py \
+		"setup!=$(MAKE) --no-print-directory setup chromium" \
+		"unit and learning tests=$(BIN)/python -m pytest -m 'not book and not assignments' -q" \
+		"assignments (nbgrader)=$(BIN)/python -m pytest -m assignments -q" \
+		"book build, notebooks executed (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
+		"notebook and browser checks=$(BIN)/python -m pytest -m book -q" \
+		"gae benchmark=$(BIN)/python bench/gae.py --rounds 3"
+
+serve:
+	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
+	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+assignments: $(STAMP)
+	cd notebooks/assignments && ../../$(BIN)/nbgrader generate_assignment returns_gae --force
+	@echo "Student release written to notebooks/assignments/release/"
+
+bench: $(STAMP)
+	$(BIN)/python bench/gae.py
+
+clean:
+	rm -rf _build notebooks/assignments/release

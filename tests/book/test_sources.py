@@ -1,0 +1,54 @@
+"""The book's sources: clean notebooks, one repository URL, included (never pasted) library code."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.book.pages import ROOT, count_formulas, source_path, toc_files
+
+ALL_NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebooks_are_stored_without_outputs(path: Path):
+    for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [], f"cell {index} of {path.name} has stored outputs"
+            assert cell["execution_count"] is None, f"cell {index} of {path.name} has an execution count"
+
+
+def test_every_toc_entry_has_a_source():
+    for doc in toc_files():
+        assert source_path(doc).exists()
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_NOTEBOOKS if "assignments" not in p.parts], ids=lambda p: p.stem)
+def test_first_cell_installs_rlkit_from_the_configured_repository(path: Path):
+    first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+    assert 'find_spec("rlkit") is None' in first, f"{path.name}: the first cell must install rlkit when it is missing"
+    urls = re.findall(r"git\+(https://[^\"' ]+)", first)
+    assert urls == [CONFIG["repository"]["url"]], f"{path.name} installs from {urls}, _config.yml says {CONFIG['repository']['url']}"
+
+
+def test_book_pages_include_code_rather_than_paste_it():
+    for doc in toc_files():
+        path = source_path(doc)
+        if path.suffix != ".md":
+            continue
+        text = path.read_text()
+        for block in re.findall(r"^```+\s*(?:python|\{code-block\}\s*python)\s*$(.*?)^```+", text, re.M | re.S):
+            assert "def " not in block, f"{path.name} pastes a function: include it with literalinclude + :pyobject:"
+        for target, name in re.findall(r"\{literalinclude\}\s*(\S+)\s*\n:pyobject:\s*(\S+)", text):
+            source = (path.parent / target).resolve().read_text()
+            assert re.search(rf"^(def|class) {re.escape(name)}\b", source, re.M), f"{path.name}: {target} has no {name}"
+
+
+def test_formula_counter_counts_what_a_reader_sees():
+    text = "Inline $a_t$ and $b$, a price of 5 dollars.\n\n$$\nx = 1\n$$ (eq-x)\n\n```python\ny = '$not$'\n```\n{math}`c`"
+    assert count_formulas(text) == 4
