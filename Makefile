@@ -59,7 +59,8 @@ serve:
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
 assignments: $(STAMP)
-	cd notebooks/assignments && ../../$(BIN)/nbgrader generate_assignment returns_gae --force
+	# nbgrader runs `alembic` from PATH when it first creates gradebook.db
+	cd notebooks/assignments && PATH="$(CURDIR)/$(BIN):$$PATH" ../../$(BIN)/nbgrader generate_assignment returns_gae --force
 	@echo "Student release written to notebooks/assignments/release/"
 
 bench: $(STAMP)

@@ -1,0 +1,1 @@
+"""Tests of the nbgrader assignments in notebooks/assignments."""
