@@ -29,9 +29,10 @@ def test_every_toc_entry_has_a_source():
 
 
 @pytest.mark.parametrize("path", [p for p in ALL_NOTEBOOKS if "assignments" not in p.parts], ids=lambda p: p.stem)
-def test_first_cell_installs_rlkit_from_the_configured_repository(path: Path):
-    first = "".join(json.loads(path.read_text())["cells"][0]["source"])
-    assert 'find_spec("rlkit") is None' in first, f"{path.name}: the first cell must install rlkit when it is missing"
+def test_first_code_cell_installs_rlkit_from_the_configured_repository(path: Path):
+    code_cells = [cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+    first = "".join(code_cells[0]["source"])
+    assert 'find_spec("rlkit") is None' in first, f"{path.name}: the first code cell must install rlkit when missing"
     urls = re.findall(r"git\+(https://[^\"' ]+)", first)
     assert urls == [CONFIG["repository"]["url"]], f"{path.name} installs from {urls}, _config.yml says {CONFIG['repository']['url']}"
 

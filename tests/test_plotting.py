@@ -1,0 +1,80 @@
+"""rlkit.plotting: the figures say what the numbers say."""
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from rlkit.plotting import plot_error_vs_samples, plot_return_distribution, plot_value_heatmap  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _annotations(ax):
+    """``{(row, col): text}`` for the numbers written in the cells."""
+    return {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+
+
+def test_heatmap_writes_each_value_in_its_cell():
+    values = np.arange(6, dtype=float) / 4 - 0.5  # row-major: state 4 is row 1, col 1
+    ax = plot_value_heatmap(values, (2, 3), fmt=".2f", title="v")
+    expected = {divmod(s, 3): format(v, ".2f") for s, v in enumerate(values)}
+    assert _annotations(ax) == expected
+    assert ax.get_title() == "v"
+    np.testing.assert_allclose(ax.images[0].get_array().filled(np.nan), values.reshape(2, 3))
+
+
+def test_heatmap_leaves_walls_and_nan_blank():
+    values = np.array([1.0, 2.0, np.nan, 4.0])
+    walls = np.array([False, True, False, False])
+    ax = plot_value_heatmap(values, (2, 2), walls=walls, fmt=".1f")
+    assert _annotations(ax) == {(0, 0): "1.0", (1, 1): "4.0"}
+    shown = ax.images[0].get_array()
+    assert shown.mask.tolist() == [[False, True], [True, False]]
+
+
+def test_heatmap_shared_colour_scale():
+    _, (left, right) = plt.subplots(1, 2)
+    plot_value_heatmap([0.0, 1.0], (1, 2), ax=left, vmin=-1, vmax=1)
+    plot_value_heatmap([0.5, 0.5], (1, 2), ax=right, vmin=-1, vmax=1)
+    assert left.images[0].get_clim() == right.images[0].get_clim() == (-1, 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"values": np.zeros(5), "shape": (2, 3)}, "values"),
+        ({"values": np.zeros(6), "shape": (2, 3), "walls": np.zeros(4, bool)}, "walls"),
+        ({"values": np.zeros(6), "shape": (6,)}, "shape"),
+    ],
+)
+def test_heatmap_bad_shapes_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=rf"^{name} must"):
+        plot_value_heatmap(**kwargs)
+
+
+def test_return_distribution_marks_mean_and_exact_value():
+    returns = np.array([-1.0, 0.0, 0.5, 1.0])
+    ax = plot_return_distribution(returns, true_value=0.2, bins=4)
+    positions = sorted(line.get_xdata()[0] for line in ax.lines)
+    assert positions == pytest.approx(sorted([returns.mean(), 0.2]))
+    assert sum(patch.get_height() for patch in ax.patches) == len(returns)
+    with pytest.raises(ValueError, match="^returns must"):
+        plot_return_distribution([])
+
+
+def test_error_vs_samples_reference_line_is_sigma_over_sqrt_n():
+    n = np.array([1, 4, 16, 64])
+    ax = plot_error_vs_samples(n, 2.0 / np.sqrt(n), reference_std=2.0)
+    measured, reference = ax.lines
+    np.testing.assert_allclose(reference.get_ydata(), measured.get_ydata())
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="^errors must"):
+        plot_error_vs_samples(n, np.ones(3))
