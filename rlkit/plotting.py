@@ -1,4 +1,4 @@
-"""Small plotting helpers the notebooks share: value heat-maps, return histograms, error-vs-samples curves.
+"""Small plotting helpers the notebooks share: value heat-maps, policy arrows, paths, return histograms, curves.
 
 Each function draws on the axes it is given (or a new one) and returns those axes, so a notebook can
 put several panels side by side and still style them. Nothing here calls ``plt.show()``.
@@ -11,7 +11,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
-__all__ = ["plot_value_heatmap", "plot_return_distribution", "plot_error_vs_samples"]
+__all__ = [
+    "plot_value_heatmap",
+    "plot_policy_arrows",
+    "plot_path",
+    "plot_return_distribution",
+    "plot_error_vs_samples",
+    "plot_mean_and_band",
+]
 
 
 def _as_grid(name: str, array, shape: tuple[int, int]) -> np.ndarray:
@@ -116,4 +123,69 @@ def plot_error_vs_samples(
     ax.legend(fontsize=8)
     if title is not None:
         ax.set_title(title)
+    return ax
+
+
+# Arrow directions of the gridworld actions 0 up, 1 right, 2 down, 3 left, in (dx, dy) image coordinates.
+ACTION_ARROWS = np.array([(0.0, -1.0), (1.0, 0.0), (0.0, 1.0), (-1.0, 0.0)])
+
+
+def plot_policy_arrows(policy, shape: tuple[int, int], ax: Axes | None = None, skip=None, color: str = "black") -> Axes:
+    """Draw a gridworld policy as arrows on top of a heat-map: one arrow per action with probability > 0,
+    its length proportional to the probability (a deterministic policy shows one full arrow per cell).
+
+    ``policy`` is ``[S, 4]`` with actions up, right, down, left; ``skip`` (booleans, one per state)
+    marks cells without arrows (walls, terminal states).
+    """
+    policy = np.asarray(policy, dtype=float)
+    n_cells = shape[0] * shape[1]
+    if policy.shape != (n_cells, 4):
+        raise ValueError(f"policy must have shape ({n_cells}, 4) for a grid of shape {shape}, got {policy.shape}")
+    skipped = np.zeros(n_cells, dtype=bool) if skip is None else _as_grid("skip", skip, shape).ravel().astype(bool)
+    ax = plt.gca() if ax is None else ax
+    for state in np.flatnonzero(~skipped):
+        row, col = divmod(int(state), shape[1])
+        for (dx, dy), probability in zip(ACTION_ARROWS, policy[state]):
+            if probability > 0:
+                length = 0.38 * probability
+                ax.annotate("", xy=(col + dx * length, row + dy * length), xytext=(col, row),
+                            arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2})
+    return ax
+
+
+def plot_path(states, shape: tuple[int, int], ax: Axes | None = None, color: str = "tab:blue", label: str | None = None,
+              offset: float = 0.0) -> Axes:
+    """Draw a trajectory of gridworld states (cell indices, row-major) as a line through the cell centres.
+
+    ``offset`` shifts the line a little, so that two paths along the same cells stay visible.
+    """
+    states = np.asarray(states, dtype=int)
+    if states.ndim != 1 or states.size == 0:
+        raise ValueError(f"states must be a non-empty 1-D sequence of cell indices, got shape {states.shape}")
+    if states.min() < 0 or states.max() >= shape[0] * shape[1]:
+        raise ValueError(f"states must be cell indices in [0, {shape[0] * shape[1]}), got {states.min()}..{states.max()}")
+    rows, cols = np.divmod(states, shape[1])
+    ax = plt.gca() if ax is None else ax
+    ax.plot(cols + offset, rows + offset, "-o", color=color, markersize=3, linewidth=2, label=label)
+    return ax
+
+
+def plot_mean_and_band(x, runs, ax: Axes | None = None, label: str | None = None, color: str | None = None,
+                       band: str = "ci95") -> Axes:
+    """Plot the mean over runs (rows of ``runs``) against ``x`` with a shaded band.
+
+    ``band="ci95"``: a 95% confidence interval of the mean (1.96 standard errors); ``band="std"``:
+    one standard deviation of the runs. The band says how much of a difference between curves is noise.
+    """
+    runs = np.atleast_2d(np.asarray(runs, dtype=float))
+    if runs.shape[1] != len(x):
+        raise ValueError(f"runs must have one column per x value ({len(x)}), got shape {runs.shape}")
+    if band not in ("ci95", "std"):
+        raise ValueError(f"band must be 'ci95' or 'std', got {band!r}")
+    mean = runs.mean(axis=0)
+    spread = runs.std(axis=0, ddof=1) if runs.shape[0] > 1 else np.zeros_like(mean)
+    half = 1.96 * spread / np.sqrt(runs.shape[0]) if band == "ci95" else spread
+    ax = plt.gca() if ax is None else ax
+    (line,) = ax.plot(x, mean, label=label, color=color)
+    ax.fill_between(x, mean - half, mean + half, color=line.get_color(), alpha=0.25, linewidth=0)
     return ax

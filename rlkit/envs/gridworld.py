@@ -92,7 +92,7 @@ class GridWorld(gym.Env):
         self.terminal = np.isin(cells, list(layout.terminal_rewards))
         starts = np.flatnonzero(cells == "S")
         self.start_states = starts if starts.size else np.flatnonzero(~self.walls & ~self.terminal)
-        self.P, self.R = self._tabulate()
+        self._P, self._R = self._tabulate()
         self.state = int(self.start_states[0])
 
     def _move(self, state: int, action: int) -> tuple[int, float]:
@@ -127,7 +127,7 @@ class GridWorld(gym.Env):
 
     def model(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(P, R, terminal)``: the known model that planning (Chapter 2) and the exact solve use."""
-        return self.P.copy(), self.R.copy(), self.terminal | self.walls
+        return self._P.copy(), self._R.copy(), self.terminal | self.walls
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

@@ -14,7 +14,7 @@ def uniform_random_policy(n_states: int, n_actions: int) -> np.ndarray:
     return np.full((n_states, n_actions), 1.0 / n_actions)
 
 
-def _check_policy(policy: np.ndarray, n_states: int, n_actions: int) -> None:
+def check_policy(policy: np.ndarray, n_states: int, n_actions: int) -> None:
     if policy.shape != (n_states, n_actions):
         raise ValueError(f"policy must have shape ({n_states}, {n_actions}), got {policy.shape}")
     if np.any(policy < 0) or not np.allclose(policy.sum(axis=1), 1.0):
@@ -34,7 +34,7 @@ def exact_policy_values(
         raise ValueError(f"P must have shape ({n_states}, {n_actions}, {n_states}), got {P.shape}")
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-    _check_policy(policy, n_states, n_actions)
+    check_policy(policy, n_states, n_actions)
     P_pi = np.einsum("sa,sat->st", policy, P)
     r_pi = np.einsum("sa,sa->s", policy, R)
     if terminal is not None:
@@ -75,7 +75,7 @@ def monte_carlo_policy_values(
     if episodes_per_state < 1:
         raise ValueError(f"episodes_per_state must be >= 1, got {episodes_per_state!r}")
     n_states, n_actions = env.observation_space.n, env.action_space.n
-    _check_policy(policy, n_states, n_actions)
+    check_policy(policy, n_states, n_actions)
     terminal = env.unwrapped.terminal | env.unwrapped.walls
     states = [s for s in range(n_states) if not terminal[s]] if states is None else list(states)
     rng = np.random.default_rng(seed)
