@@ -9,7 +9,7 @@ The state is the cell index ``row * n_cols + col`` (walls included, never visite
 0 up, 1 right, 2 down, 3 left. Moving into a wall or off the grid leaves the agent in place with
 ``bump_reward``. Every step earns ``step_reward`` plus the reward of the cell entered, if it is a terminal.
 The same layouts serve Chapters 1-3: Sutton & Barto's 4x4 (Example 4.1), 5x5 (Example 3.5) and the Dyna
-maze (Example 8.1) are entries of ``LAYOUTS``.
+maze (Example 8.1), and the random walk of Example 6.2, are entries of ``LAYOUTS``.
 """
 
 from __future__ import annotations
@@ -61,9 +61,12 @@ LAYOUTS: dict[str, Layout] = {
         jumps={"A": ("a", 10.0), "B": ("b", 5.0)},
         gamma=0.9,
     ),
+    # Sutton & Barto Example 6.2: the random walk A-E, starting in C; +1 for leaving on the right.
+    # (Up and down bump in place: evaluate it with a policy that moves left or right.)
+    "random_walk_5": Layout(rows=("T..S..G",), terminal_rewards={"T": 0.0, "G": 1.0}, gamma=1.0),
     # Sutton & Barto Example 8.1 (the Dyna maze): +1 on reaching G, 0 otherwise.
     "dyna_maze": Layout(
-        rows=("......##G", "..#....#.", "S.#....#.", "..#......", ".....#...", "........."), gamma=0.95
+        rows=(".......#G", "..#....#.", "S.#....#.", "..#......", ".....#...", "........."), gamma=0.95
     ),
 }
 
@@ -93,6 +96,9 @@ class GridWorld(gym.Env):
         starts = np.flatnonzero(cells == "S")
         self.start_states = starts if starts.size else np.flatnonzero(~self.walls & ~self.terminal)
         self._P, self._R = self._tabulate()
+        self._next_state = self._P.argmax(axis=2).tolist()  # deterministic dynamics as lookup tables: a fast step()
+        self._reward = self._R.tolist()
+        self._is_terminal = self.terminal.tolist()
         self.state = int(self.start_states[0])
 
     def _move(self, state: int, action: int) -> tuple[int, float]:
@@ -141,12 +147,13 @@ class GridWorld(gym.Env):
         return self.state, {}
 
     def step(self, action):
-        if not self.action_space.contains(action):
+        if not (isinstance(action, (int, np.integer)) and 0 <= action < 4):
             raise ValueError(f"action must be in {{0, 1, 2, 3}} (up, right, down, left), got {action!r}")
-        if self.terminal[self.state]:
+        if self._is_terminal[self.state]:
             raise RuntimeError("step() called after the episode terminated; call reset() first")
-        self.state, reward = self._move(self.state, int(action))
-        return self.state, float(reward), bool(self.terminal[self.state]), False, {}
+        reward = self._reward[self.state][action]
+        self.state = self._next_state[self.state][action]
+        return self.state, reward, self._is_terminal[self.state], False, {}
 
     def render(self):
         if self.render_mode == "ansi":

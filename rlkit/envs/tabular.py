@@ -49,13 +49,13 @@ class TabularMDP:
         A state is terminal when the transitions into it terminate.
         """
         env = env.unwrapped
+        check_discrete(env)
         if hasattr(env, "model"):
             P, R, terminal = env.model()
             return cls(P, R, terminal.astype(bool), getattr(env, "shape", None))
         table = getattr(env, "P", None)
         if not isinstance(table, dict):
             raise ValueError(f"{type(env).__name__} publishes no model: expected a toy-text P table or a model() method")
-        check_discrete(env)
         shape = getattr(env, "shape", None) or ((env.nrow, env.ncol) if hasattr(env, "nrow") else None)
         initial = getattr(env, "initial_state_distrib", None)
         return cls._from_toy_text(table, env.observation_space.n, env.action_space.n, shape, initial)

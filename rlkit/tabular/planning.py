@@ -128,8 +128,9 @@ def dyna_q(env: gym.Env, n_planning: int = 5, episodes: int = 50, alpha: float =
     """Tabular Dyna-Q (Sutton & Barto 8.2): Q-learning plus ``n_planning`` updates per real step from a learned model.
 
     The model remembers the last ``(reward, next_state, terminated)`` seen after each ``(s, a)``
-    (the dynamics are assumed deterministic); planning replays uniformly chosen remembered pairs
-    through the same Q-learning update (eq-q-learning). ``n_planning = 0`` is plain Q-learning.
+    (the dynamics are assumed deterministic). Each planning step picks a previously observed state
+    at random, then an action previously taken there, and applies the same Q-learning update
+    (eq-ch02-dyna-update) to the remembered outcome. ``n_planning = 0`` is plain Q-learning.
     Returns ``(Q, history)`` with ``episode_length`` and ``episode_return`` per episode.
     """
     n_states, n_actions = _check_run(env, episodes, gamma)
@@ -140,11 +141,20 @@ def dyna_q(env: gym.Env, n_planning: int = 5, episodes: int = 50, alpha: float =
     rng = np.random.default_rng(seed)
     Q = np.zeros((n_states, n_actions))
     model: dict[tuple[int, int], tuple[float, int, bool]] = {}
-    remembered: list[tuple[int, int]] = []
+    observed_states: list[int] = []
+    actions_taken: dict[int, list[int]] = {}
 
     def update(state, action, reward, next_state, terminated):
         target = reward + (0.0 if terminated else gamma * Q[next_state].max())
         Q[state, action] += alpha * (target - Q[state, action])
+
+    def remember(state, action, outcome):
+        if state not in actions_taken:
+            observed_states.append(state)
+            actions_taken[state] = []
+        if action not in actions_taken[state]:
+            actions_taken[state].append(action)
+        model[state, action] = outcome
 
     returns, lengths = [], []
     for episode in range(episodes):
@@ -154,11 +164,11 @@ def dyna_q(env: gym.Env, n_planning: int = 5, episodes: int = 50, alpha: float =
             action = epsilon_greedy(Q[state], epsilon, rng)
             next_state, reward, terminated, truncated, _ = env.step(action)
             update(state, action, reward, next_state, terminated)
-            if (state, action) not in model:
-                remembered.append((state, action))
-            model[state, action] = (reward, next_state, terminated)
-            for pick in rng.integers(len(remembered), size=n_planning):
-                planned_state, planned_action = remembered[pick]
+            remember(state, action, (reward, next_state, terminated))
+            for _ in range(n_planning):
+                planned_state = observed_states[int(rng.integers(len(observed_states)))]
+                options = actions_taken[planned_state]
+                planned_action = options[int(rng.integers(len(options)))]
                 update(planned_state, planned_action, *model[planned_state, planned_action])
             total, steps, state = total + reward, steps + 1, next_state
             if terminated or truncated:

@@ -9,6 +9,8 @@ termination stops the bootstrap (Chapter 1, "Episodes, termination and truncatio
 
 from __future__ import annotations
 
+import bisect
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -52,14 +54,15 @@ def epsilon_greedy_probabilities(q_row: np.ndarray, epsilon: float) -> np.ndarra
     return epsilon / q_row.size + (1.0 - epsilon) * greedy / greedy.sum()
 
 
-def _sample(cumulative_policy: np.ndarray, state: int, rng: np.random.Generator) -> int:
-    return int(np.searchsorted(cumulative_policy[state], rng.random(), side="right"))
+def _sample(cumulative_policy: list[list[float]], state: int, rng: np.random.Generator) -> int:
+    return bisect.bisect_right(cumulative_policy[state], rng.random())
 
 
-def _cumulative(policy: np.ndarray) -> np.ndarray:
+def _cumulative(policy: np.ndarray) -> list[list[float]]:
+    """Per-state cumulative action probabilities, as lists: bisecting a list is the fastest draw per step."""
     cumulative = np.cumsum(policy, axis=1)
     cumulative[:, -1] = 1.0  # rounding must never leave a draw without an action
-    return cumulative
+    return cumulative.tolist()
 
 
 def _play_episode(env, choose, rng, first_reset_seed=None):
@@ -94,14 +97,15 @@ def mc_prediction(env, policy, gamma=1.0, episodes=1000, first_visit=True, seed=
     episode_returns, lengths = [], []
     for episode in range(episodes):
         states, _, rewards, _, _ = _play_episode(env, lambda s: _sample(cumulative, s, rng), rng, seed if episode == 0 else None)
-        returns = _returns(rewards, gamma)
-        seen = set()
+        first_step = {}
         for t, state in enumerate(states):
-            if first_visit and state in seen:
-                continue
-            seen.add(state)
-            totals[state] += returns[t]
-            counts[state] += 1
+            first_step.setdefault(state, t)
+        G = 0.0
+        for t in reversed(range(len(states))):  # G <- r_t + gamma G, backwards (eq-return-recursive)
+            G = rewards[t] + gamma * G
+            if not first_visit or first_step[states[t]] == t:
+                totals[states[t]] += G
+                counts[states[t]] += 1
         episode_returns.append(sum(rewards))
         lengths.append(len(rewards))
     return np.divide(totals, counts, out=np.zeros(n_states), where=counts > 0), _history(episode_returns, lengths)
@@ -170,23 +174,31 @@ def _check_alpha(alpha: float) -> None:
         raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
 
 
-def td0_prediction(env, policy, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0):
+def td0_prediction(env, policy, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0, average_from=None):
     """TD(0) prediction: ``V(s) <- V(s) + alpha * delta`` with Chapter 1's TD error ``delta`` (eq-td-error)."""
-    return n_step_td_prediction(env, policy, 1, alpha, gamma, episodes, seed, initial_value)
+    return n_step_td_prediction(env, policy, 1, alpha, gamma, episodes, seed, initial_value, average_from)
 
 
-def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0):
+def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0,
+                         average_from=None):
     """n-step TD (eq-n-step-return): update ``V(s_t)`` towards ``r_t + ... + gamma^(n-1) r_{t+n-1} + gamma^n V(s_{t+n})``.
 
     Past the end of an episode the return stops if it terminated, and bootstraps from the last state if
     it was truncated. ``n = 1`` is TD(0); ``n`` at least the episode length is Monte Carlo.
+
+    With a constant ``alpha`` the estimate never settles: it keeps jumping around ``v_pi`` by an amount
+    that grows with ``alpha``. ``average_from=k`` returns instead the mean of the estimates after
+    episodes ``k, k+1, ...`` (Polyak-Ruppert averaging), which cancels most of that noise.
     """
     n_states, n_actions = _check_run(env, episodes, gamma)
     check_policy(policy, n_states, n_actions)
     _check_alpha(alpha)
     if not (isinstance(n, int) and n >= 1):
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if average_from is not None and not (isinstance(average_from, int) and 0 <= average_from < episodes):
+        raise ValueError(f"average_from must be None or an integer in [0, episodes={episodes}), got {average_from!r}")
     rng, cumulative = np.random.default_rng(seed), _cumulative(policy)
+    average, averaged = np.zeros(n_states), 0
     V = np.full(n_states, float(initial_value))
     terminal = getattr(env.unwrapped, "terminal", None)
     if terminal is not None:
@@ -215,7 +227,10 @@ def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, 
             t += 1
         episode_returns.append(sum(rewards))
         lengths.append(len(rewards))
-    return V, _history(episode_returns, lengths)
+        if average_from is not None and episode >= average_from:
+            averaged += 1
+            average += (V - average) / averaged
+    return (V if average_from is None else average), _history(episode_returns, lengths)
 
 
 def td_lambda_prediction(env, policy, lam=0.9, alpha=0.1, gamma=1.0, episodes=1000, seed=0):
