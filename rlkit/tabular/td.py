@@ -169,6 +169,15 @@ def off_policy_mc_prediction(env, target_policy, behaviour_policy, gamma=1.0, ep
 # ---------------------------------------------------------------- TD prediction
 
 
+def _initial_values(env, n_states: int, initial_value: float) -> np.ndarray:
+    """``initial_value`` everywhere but at known terminal states, whose value is 0 by definition."""
+    V = np.full(n_states, float(initial_value))
+    terminal = getattr(env.unwrapped, "terminal", None)
+    if terminal is not None:
+        V[np.asarray(terminal)] = 0.0
+    return V
+
+
 def _check_alpha(alpha: float) -> None:
     if not 0 < alpha <= 1:
         raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
@@ -199,10 +208,7 @@ def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, 
         raise ValueError(f"average_from must be None or an integer in [0, episodes={episodes}), got {average_from!r}")
     rng, cumulative = np.random.default_rng(seed), _cumulative(policy)
     average, averaged = np.zeros(n_states), 0
-    V = np.full(n_states, float(initial_value))
-    terminal = getattr(env.unwrapped, "terminal", None)
-    if terminal is not None:
-        V[np.asarray(terminal)] = 0.0
+    V = _initial_values(env, n_states, initial_value)
     episode_returns, lengths = [], []
     for episode in range(episodes):
         state, _ = env.reset(seed=seed if episode == 0 else None)
@@ -233,7 +239,7 @@ def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, 
     return (V if average_from is None else average), _history(episode_returns, lengths)
 
 
-def td_lambda_prediction(env, policy, lam=0.9, alpha=0.1, gamma=1.0, episodes=1000, seed=0):
+def td_lambda_prediction(env, policy, lam=0.9, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0):
     """TD(lambda) with accumulating eligibility traces: the backward view of the lambda-return (eq-lambda-return).
 
     The lambda-return mixes all n-step returns with weights ``(1 - lam) lam^(n-1)``; the same mixture,
@@ -244,7 +250,7 @@ def td_lambda_prediction(env, policy, lam=0.9, alpha=0.1, gamma=1.0, episodes=10
     _check_alpha(alpha)
     _check_unit("lam", lam)
     rng, cumulative = np.random.default_rng(seed), _cumulative(policy)
-    V = np.zeros(n_states)
+    V = _initial_values(env, n_states, initial_value)
     episode_returns, lengths = [], []
     for episode in range(episodes):
         state, _ = env.reset(seed=seed if episode == 0 else None)
