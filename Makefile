@@ -58,9 +58,13 @@ serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
+# One release per folder under notebooks/assignments/source/ (each assignment's folder and notebook share its name).
 assignments: $(STAMP)
 	# nbgrader runs `alembic` from PATH when it first creates gradebook.db
-	cd notebooks/assignments && PATH="$(CURDIR)/$(BIN):$$PATH" ../../$(BIN)/nbgrader generate_assignment returns_gae --force
+	cd notebooks/assignments && for dir in source/*/; do \
+		name=$$(basename "$$dir"); echo "releasing $$name"; \
+		PATH="$(CURDIR)/$(BIN):$$PATH" ../../$(BIN)/nbgrader generate_assignment "$$name" --force || exit 1; \
+	done
 	@echo "Student release written to notebooks/assignments/release/"
 
 bench: $(STAMP)

@@ -9,20 +9,13 @@ fail: it loses their points and keeps all the others.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tests.assignments.grading import Variant
 
 RETURNS_CELL, GAE_CELL = "discounted_returns", "gae"
 TEST_RETURNS = "test_discounted_returns"  # 3 points
 TEST_GAE = "test_gae_no_dones"  # 4 points
 TEST_GAE_DONES = "test_gae_dones_last_value"  # 3 points
 ALL_TESTS = frozenset({TEST_RETURNS, TEST_GAE, TEST_GAE_DONES})
-
-
-@dataclass(frozen=True)
-class Variant:
-    cells: dict[str, str]  # solution-cell grade id -> its source
-    fails: frozenset[str]  # the test cells it must fail, and only those
-    why: str
 
 
 # ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). ---------------

@@ -1,0 +1,173 @@
+"""What every assignment test needs: a private copy of the course, nbgrader run as an instructor would,
+submissions built from the student release, and the marks and errors read back.
+
+Each assignment is one notebook, ``source/<name>/<name>.ipynb`` under notebooks/assignments. Everything
+runs in a temporary copy of that folder, never in the repository. A submission is given as the source of
+its solution cells, by nbgrader grade id; a cell it does not give keeps the stub of the release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbgrader")
+
+REPO = Path(__file__).resolve().parents[2]
+COURSE = REPO / "notebooks" / "assignments"
+BLOCKED = "Error: rlkit is unavailable while grading"  # the end of the guard's ImportError / RuntimeError
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A submission the autograder must tell apart from a correct one."""
+
+    cells: dict[str, str]  # solution-cell grade id -> its source
+    fails: frozenset[str]  # the test cells it must fail, and only those
+    why: str
+
+
+def nbgrader(course: Path, *args: str, seed: str | None = None) -> subprocess.CompletedProcess:
+    """Run nbgrader in the course folder the way an instructor would."""
+    env = dict(os.environ)
+    env.pop("RLKIT_GRADING_SEED", None)
+    if seed is not None:
+        env["RLKIT_GRADING_SEED"] = seed
+    bin_dir = str(Path(sys.executable).parent)  # nbgrader shells out to `alembic` when it creates the db
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    # rlkit importable in the grading kernel, so the cheats really reach it and the guard must stop them
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def copy_course(root: Path) -> Path:
+    """A copy of notebooks/assignments at ``root``, without anything nbgrader wrote in the repository."""
+    shutil.copytree(COURSE, root, ignore=shutil.ignore_patterns(
+        "release", "submitted", "autograded", "feedback", "gradebook.db", ".ipynb_checkpoints"))
+    return root
+
+
+def solution_sources(nb) -> dict[str, str]:
+    """grade id -> source of each solution cell."""
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def failed(score: dict[str, float], points: dict[str, float]) -> set[str]:
+    """The test cells that did not earn their points."""
+    return {cell for cell, got in score.items() if got < points[cell]}
+
+
+def blocked(message: str) -> bool:
+    """An error raised by the grading guard: RuntimeError when rlkit is called, ImportError when imported."""
+    return message.endswith(BLOCKED)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One assignment, named like its folder and its notebook."""
+
+    name: str
+
+    @property
+    def source(self) -> Path:
+        return COURSE / "source" / self.name / f"{self.name}.ipynb"
+
+    def path(self, course: Path, step: str, student: str | None = None, suffix: str = ".ipynb") -> Path:
+        """The notebook of a step (release, submitted, autograded, feedback), for a student where it has one."""
+        folder = course / step if student is None else course / step / student
+        return folder / self.name / f"{self.name}{suffix}"
+
+    def reference_sources(self) -> dict[str, str]:
+        """The instructor's solutions from the source notebook, without the solution markers."""
+        nb = nbformat.read(self.source, as_version=4)
+        return {grade_id: "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line
+                                    and "### END SOLUTION" not in line)
+                for grade_id, source in solution_sources(nb).items()}
+
+    def release(self, root: Path) -> Path:
+        """A course copy at ``root`` with this assignment released (the `make assignments` step)."""
+        course = copy_course(root)
+        nbgrader(course, "generate_assignment", self.name, "--force")
+        return course
+
+    def submit(self, course: Path, student: str, cells: dict[str, str]) -> None:
+        """The released notebook with the given solution cells replaced, as a student would hand it in."""
+        nb = nbformat.read(self.path(course, "release"), as_version=4)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in cells:
+                cell.source = cells[grade_id].strip("\n")
+        out = self.path(course, "submitted", student)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, out)
+
+    def autograde(self, course: Path, seed: str, student: str | None = None) -> None:
+        """Autograde every submission (or one student's) with the given grading seed."""
+        nbgrader(course, "autograde", self.name, "--create", "--force",
+                 *(("--student", student) if student else ()), seed=seed)
+
+    def scores(self, course: Path, students) -> dict[str, dict[str, float]]:
+        """student -> {test cell grade id: score}, read from the gradebook."""
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            return {s: {g.name: g.score for g in gb.find_submission_notebook(self.name, self.name, s).grades}
+                    for s in students}
+
+    def errors(self, course: Path, student: str) -> dict[str, str]:
+        """cell grade id -> 'Name: message' of its error output in the autograded notebook."""
+        nb = nbformat.read(self.path(course, "autograded", student), as_version=4)
+        out = {}
+        for cell in nb.cells:
+            for o in cell.get("outputs", []):
+                if o.output_type == "error":
+                    out[cell.metadata["nbgrader"]["grade_id"]] = f"{o.ename}: {o.evalue}"
+        return out
+
+    def feedback_html(self, course: Path, student: str) -> str:
+        """The feedback page nbgrader makes for one autograded student."""
+        nbgrader(course, "generate_feedback", self.name, "--force", "--student", student)
+        return self.path(course, "feedback", student, ".html").read_text()
+
+    # ---- Checks shared by every assignment --------------------------------------------------------
+
+    def check_source_is_clean(self, solution_cells: set[str], points: dict[str, float]) -> None:
+        """Stored without outputs, with exactly these solution cells and these points per test cell."""
+        nb = nbformat.read(self.source, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.outputs == [] and c.execution_count is None for c in code)
+        assert set(solution_sources(nb)) == solution_cells
+        got = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in code
+               if c.metadata["nbgrader"].get("grade")}
+        assert got == points
+
+    def check_release_is_clean(self, course: Path, default_seed: str) -> None:
+        """The released notebook holds no solution, hidden test, seed or guard, and a stub in every
+        solution cell; each secret is first checked to be in the source, so the check cannot go stale."""
+        source = self.source.read_text()
+        release = self.path(course, "release").read_text()
+        solution_lines = [line.strip() for src in solution_sources(nbformat.read(self.source, as_version=4)).values()
+                          for line in src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0].splitlines()
+                          if line.strip()]
+        secrets = ["BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "RLKIT_GRADING_SEED", "GRADING_SEED", default_seed,
+                   "_hidden_", "rlkit is unavailable", *solution_lines]
+        for secret in secrets:
+            as_stored = json.dumps(secret, ensure_ascii=False)[1:-1]  # as it reads in the notebook's JSON
+            assert as_stored in source, f"test is stale: {secret!r} is not in the source notebook"
+            assert as_stored not in release, f"the released notebook leaks {secret!r}"
+        nb = nbformat.read(self.path(course, "release"), as_version=4)
+        for grade_id, src in solution_sources(nb).items():
+            assert "raise NotImplementedError()" in src, f"solution cell {grade_id} has no stub"
+        assert all(c.get("outputs", []) == [] for c in nb.cells)
