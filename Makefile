@@ -30,9 +30,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-# Debian's chromium for the browser check (never a browser download of playwright's own).
+# Debian's chromium for the browser check (never a browser download of playwright's own), and a CJK
+# font so that the glossary's Korean terms show in the screenshots.
 chromium:
-	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	@{ command -v chromium >/dev/null && fc-list :lang=ko | grep -q .; } || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium fonts-noto-cjk; }
 
 book: $(STAMP)
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
