@@ -1,0 +1,174 @@
+"""Deep Q-learning (Chapter 4): Q-learning with a neural network, a replay buffer and a target network.
+
+Mnih et al. (2015), with the double-DQN target of van Hasselt et al. (2016) as an option. The TD
+target bootstraps unless the episode *terminated*: a time-limit truncation stores the true final
+observation and bootstraps from it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, fields
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from rlkit.nets import QNetwork
+from rlkit.presets import preset
+from rlkit.training import TrainResult, greedy_returns, require, seed_everything
+
+DEFAULTS = dict(
+    total_steps=100_000, learning_rate=1e-3, batch_size=64, buffer_size=50_000, learning_starts=1_000, gamma=0.99,
+    target_update_interval=500, train_frequency=4, gradient_steps=1, exploration_fraction=0.2, start_epsilon=1.0,
+    end_epsilon=0.05, hidden_sizes=(64, 64), max_grad_norm=10.0, double_dqn=False,
+)
+
+
+@dataclass
+class DQNConfig:
+    """DQN's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+
+    env_id: str = "CartPole-v1"
+    seed: int = 0
+    total_steps: int | None = None  # environment steps
+    learning_rate: float | None = None
+    batch_size: int | None = None
+    buffer_size: int | None = None  # replay capacity, in transitions
+    learning_starts: int | None = None  # steps of uniform-random play before the first update
+    gamma: float | None = None
+    target_update_interval: int | None = None  # steps between copies of the online net into the target net
+    train_frequency: int | None = None  # steps between training bursts
+    gradient_steps: int | None = None  # gradient steps per burst
+    exploration_fraction: float | None = None  # fraction of total_steps over which epsilon decays linearly
+    start_epsilon: float | None = None
+    end_epsilon: float | None = None
+    hidden_sizes: tuple[int, ...] | None = None
+    max_grad_norm: float | None = None
+    double_dqn: bool | None = None  # choose the next action with the online net, value it with the target net
+    device: str = "cpu"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        tested = preset("dqn", self.env_id)
+        for name, default in DEFAULTS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, tested.get(name, default))
+        self.hidden_sizes = tuple(self.hidden_sizes)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("total_steps", "batch_size", "buffer_size", "target_update_interval", "train_frequency", "gradient_steps"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+        require(self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts)
+        require(self.learning_rate > 0, "learning_rate", "> 0", self.learning_rate)
+        require(self.buffer_size >= self.batch_size, "buffer_size", f">= batch_size ({self.batch_size})", self.buffer_size)
+        require(0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
+        require(0 < self.exploration_fraction <= 1, "exploration_fraction", "in (0, 1]", self.exploration_fraction)
+        for name in ("start_epsilon", "end_epsilon"):
+            require(0 <= getattr(self, name) <= 1, name, "in [0, 1]", getattr(self, name))
+        require(self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
+        require(all(size >= 1 for size in self.hidden_sizes), "hidden_sizes", "positive layer sizes", self.hidden_sizes)
+
+
+class ReplayBuffer:
+    """A ring buffer of transitions in preallocated tensors; uniform sampling."""
+
+    def __init__(self, capacity: int, obs_dim: int):
+        self.obs = torch.zeros(capacity, obs_dim)
+        self.next_obs = torch.zeros(capacity, obs_dim)
+        self.actions = torch.zeros(capacity, dtype=torch.long)
+        self.rewards = torch.zeros(capacity)
+        self.terminated = torch.zeros(capacity)
+        self.capacity, self.size, self.position = capacity, 0, 0
+
+    def add(self, obs, action, reward, next_obs, terminated) -> None:
+        i = self.position
+        self.obs[i], self.next_obs[i] = torch.as_tensor(obs), torch.as_tensor(next_obs)
+        self.actions[i], self.rewards[i], self.terminated[i] = int(action), float(reward), float(terminated)
+        self.position, self.size = (i + 1) % self.capacity, min(self.size + 1, self.capacity)
+
+    def sample(self, batch_size: int, generator: torch.Generator):
+        index = torch.randint(self.size, (batch_size,), generator=generator)
+        return self.obs[index], self.actions[index], self.rewards[index], self.next_obs[index], self.terminated[index]
+
+
+def td_targets(q_target: QNetwork, q_online: QNetwork, rewards, next_obs, terminated, gamma: float, double: bool):
+    """``y = r + gamma (1 - terminated) Q_target(s', a*)`` (eq-dqn-target); ``a* = argmax Q_target`` or, for
+    double DQN, ``argmax Q_online`` (eq-double-dqn-target)."""
+    with torch.no_grad():
+        next_q = q_target(next_obs)
+        best = (q_online(next_obs) if double else next_q).argmax(dim=1, keepdim=True)
+        return rewards + gamma * (1.0 - terminated) * next_q.gather(1, best).squeeze(1)
+
+
+def epsilon_at(step: int, config: DQNConfig) -> float:
+    """Linear decay from start_epsilon to end_epsilon over exploration_fraction * total_steps, then constant."""
+    progress = min(1.0, step / (config.exploration_fraction * config.total_steps))
+    return config.start_epsilon + progress * (config.end_epsilon - config.start_epsilon)
+
+
+def _make_env(config: DQNConfig) -> gym.Env:
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make(config.env_id))
+    require(isinstance(env.action_space, gym.spaces.Discrete), "env_id", "an environment with Discrete actions (DQN)",
+            f"{config.env_id} with {env.action_space}")
+    require(isinstance(env.observation_space, gym.spaces.Box) and len(env.observation_space.shape) == 1, "env_id",
+            "an environment with flat Box observations", f"{config.env_id} with {env.observation_space}")
+    return env
+
+
+def train(config: DQNConfig) -> TrainResult:
+    """Train DQN on ``config.env_id``; one history row per training burst."""
+    seed_everything(config.seed)
+    env = _make_env(config)
+    obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
+    q_online = QNetwork(obs_dim, n_actions, config.hidden_sizes).to(config.device)
+    q_target = copy.deepcopy(q_online)
+    optimizer = torch.optim.Adam(q_online.parameters(), lr=config.learning_rate)
+    buffer = ReplayBuffer(config.buffer_size, obs_dim)
+    rng = np.random.default_rng(config.seed)
+    sampler = torch.Generator().manual_seed(config.seed)
+    env.action_space.seed(config.seed)
+    obs, _ = env.reset(seed=config.seed)
+    history, recent_returns = [], []
+    for step in tqdm(range(config.total_steps), disable=not config.progress, desc=f"DQN {config.env_id}"):
+        if step < config.learning_starts or rng.random() < epsilon_at(step, config):
+            action = int(env.action_space.sample())
+        else:
+            with torch.inference_mode():
+                action = int(q_online(torch.as_tensor(obs, dtype=torch.float32)).argmax())
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        buffer.add(obs, action, reward, next_obs, terminated)  # next_obs is the true final one, also when truncated
+        obs = next_obs
+        if terminated or truncated:
+            recent_returns.append(float(info["episode"]["r"]))
+            obs, _ = env.reset()
+        if step >= config.learning_starts and (step + 1) % config.train_frequency == 0:
+            losses = [_gradient_step(q_online, q_target, optimizer, buffer, sampler, config) for _ in range(config.gradient_steps)]
+            history.append({"step": step + 1, "loss": float(np.mean(losses)), "epsilon": epsilon_at(step, config),
+                            "episode_return": float(np.mean(recent_returns[-10:])) if recent_returns else float("nan")})
+        if (step + 1) % config.target_update_interval == 0:
+            q_target.load_state_dict(q_online.state_dict())
+    env.close()
+    return TrainResult(config, q_online, history)
+
+
+def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> float:
+    obs, actions, rewards, next_obs, terminated = buffer.sample(config.batch_size, sampler)
+    targets = td_targets(q_target, q_online, rewards, next_obs, terminated, config.gamma, config.double_dqn)
+    q_taken = q_online(obs).gather(1, actions[:, None]).squeeze(1)
+    loss = F.smooth_l1_loss(q_taken, targets)  # Huber: quadratic near 0, linear beyond |error| = 1
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(q_online.parameters(), config.max_grad_norm)
+    optimizer.step()
+    return loss.item()
+
+
+def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
+    """Mean undiscounted return of the greedy policy ``argmax_a Q(s, a)`` over ``episodes`` episodes."""
+    q = result.agent.eval()
+    return float(greedy_returns(result.config.env_id, lambda obs: q(obs).argmax(dim=1), episodes, seed).mean())

@@ -1,0 +1,21 @@
+"""Tested hyperparameters per algorithm and environment: the one place they live (like rl-baselines3-zoo).
+
+A config takes these for every field the caller leaves out, and the algorithm's defaults for the rest.
+Each preset is the one the learning tests train with; change it only with those tests.
+"""
+
+PRESETS: dict[str, dict[str, dict]] = {
+    "dqn": {
+        # rl-baselines3-zoo's CartPole-v1 DQN (hyperparams/dqn.yml)
+        "CartPole-v1": dict(
+            total_steps=50_000, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1_000,
+            gamma=0.99, target_update_interval=10, train_frequency=256, gradient_steps=128,
+            exploration_fraction=0.16, end_epsilon=0.04, hidden_sizes=(256, 256),
+        ),
+    },
+}
+
+
+def preset(algorithm: str, env_id: str) -> dict:
+    """The tested preset for ``env_id`` (empty when there is none)."""
+    return dict(PRESETS.get(algorithm, {}).get(env_id, {}))

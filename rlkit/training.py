@@ -1,0 +1,66 @@
+"""What every deep algorithm shares: the result type, seeding, config checks and greedy evaluation."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import rlkit.envs  # noqa: F401  (registers the rlkit/ environments)
+
+
+@dataclass
+class TrainResult:
+    """``train(config)`` returns this: the config used, the trained agent, one history row per update."""
+
+    config: Any
+    agent: torch.nn.Module
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def column(self, name: str) -> np.ndarray:
+        """One metric over updates, as an array (NaN where a row lacks it)."""
+        return np.array([row.get(name, np.nan) for row in self.history], dtype=float)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch, so that the same seed gives the same numbers on CPU."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def require(condition: bool, field_name: str, allowed: str, value: Any) -> None:
+    """Raise ``ValueError`` naming the config field and what is allowed, unless ``condition`` holds."""
+    if not condition:
+        raise ValueError(f"{field_name} must be {allowed}, got {value!r}")
+
+
+def greedy_returns(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], episodes: int = 100, seed: int = 10_000,
+                   num_envs: int = 10, env_kwargs: dict | None = None) -> np.ndarray:
+    """Undiscounted returns of ``episodes`` full episodes, acting with ``act(obs_batch) -> actions``.
+
+    Runs ``num_envs`` copies at once and counts only each copy's first ``episodes / num_envs`` episodes,
+    so the result does not favour short episodes. Seeds differ from training's by default.
+    """
+    require(episodes >= 1, "episodes", ">= 1", episodes)
+    num_envs = min(num_envs, episodes)
+    per_env = -(-episodes // num_envs)
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id, **(env_kwargs or {})) for _ in range(num_envs)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs, _ = envs.reset(seed=seed)
+    running, finished = np.zeros(num_envs), [[] for _ in range(num_envs)]
+    with torch.inference_mode():
+        while any(len(done) < per_env for done in finished):
+            actions = act(torch.as_tensor(obs, dtype=torch.float32)).cpu().numpy()
+            obs, rewards, terminated, truncated, _ = envs.step(actions)
+            running += rewards
+            for index in np.flatnonzero(terminated | truncated):
+                finished[index].append(running[index])
+                running[index] = 0.0
+    envs.close()
+    return np.concatenate([np.array(done[:per_env]) for done in finished])[:episodes]
