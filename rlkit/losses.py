@@ -129,9 +129,13 @@ def clipped_value_loss(
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy ``-sum_a pi(a) log pi(a)`` of the categorical distribution at each position (last dim)."""
+    """Entropy ``-sum_a pi(a) log pi(a)`` of the categorical distribution at each position (last dim).
+
+    Actions masked out with ``-inf`` logits have probability 0 and contribute 0 (not ``0 * -inf = nan``).
+    """
     logp = torch.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp).sum(dim=-1)
+    probs = logp.exp()
+    return -torch.where(probs > 0, probs * logp, torch.zeros_like(logp)).sum(dim=-1)
 
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:

@@ -142,6 +142,11 @@ def test_entropy_matches_torch_distributions_and_log_n_for_uniform():
     assert entropy(torch.zeros(1, 6)).item() == pytest.approx(math.log(6), rel=1e-6)
 
 
+def test_entropy_ignores_masked_actions():
+    masked = torch.tensor([[0.0, 0.0, float("-inf")]])
+    assert entropy(masked).item() == pytest.approx(math.log(2))
+
+
 def test_k3_is_non_negative_everywhere():
     log_ratio = torch.linspace(-30, 30, 10001, dtype=torch.float64)
     assert torch.all(kl_estimate(torch.zeros_like(log_ratio), log_ratio, "k3") >= 0)

@@ -47,6 +47,11 @@ class Layout:
         unknown = set("".join(self.rows)) - allowed
         if unknown:
             raise ValueError(f"rows use unknown cell characters {sorted(unknown)}; allowed: {sorted(allowed)}")
+        missing = [target for target, _ in self.jumps.values() if "".join(self.rows).count(target) != 1]
+        if missing:
+            raise ValueError(f"jumps targets {missing} must each appear exactly once in rows")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma!r}")
 
 
 LAYOUTS: dict[str, Layout] = {
@@ -107,7 +112,7 @@ class GridWorld(gym.Env):
         cell = self.grid[row, col]
         if cell in self.layout.jumps:
             target, bonus = self.layout.jumps[cell]
-            return int(np.flatnonzero(self.grid.ravel() == target)[0]), bonus
+            return int(np.flatnonzero(self.grid.ravel() == target)[0]), self.layout.step_reward + bonus
         new_row, new_col = row + MOVES[action][0], col + MOVES[action][1]
         inside = 0 <= new_row < self.shape[0] and 0 <= new_col < self.shape[1]
         if not inside or self.grid[new_row, new_col] == "#":

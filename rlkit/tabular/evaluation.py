@@ -38,6 +38,9 @@ def exact_policy_values(
     P_pi = np.einsum("sa,sat->st", policy, P)
     r_pi = np.einsum("sa,sa->s", policy, R)
     if terminal is not None:
+        terminal = np.asarray(terminal)
+        if terminal.shape != (n_states,) or terminal.dtype != bool:
+            raise ValueError(f"terminal must be a boolean array of shape ({n_states},), got {terminal.dtype} {terminal.shape}")
         P_pi[terminal] = 0.0
         r_pi[terminal] = 0.0
     try:

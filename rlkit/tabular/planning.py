@@ -36,9 +36,18 @@ def q_from_v(mdp: TabularMDP, V: np.ndarray, gamma: float) -> np.ndarray:
     return Q
 
 
-def greedy_policy(Q: np.ndarray) -> np.ndarray:
-    """A deterministic policy as a ``[S, A]`` array of probabilities: the best action, ties to the lowest index."""
-    best = np.argmax(Q >= Q.max(axis=1, keepdims=True) - TIE_TOLERANCE, axis=1)
+def greedy_policy(Q: np.ndarray, current: np.ndarray | None = None) -> np.ndarray:
+    """A deterministic policy as a ``[S, A]`` array of probabilities: the best action, ties to the lowest index.
+
+    With ``current`` (a policy), a state keeps its current most likely action while that action is still
+    among the best: policy iteration then stops instead of hopping between equally good policies, and at
+    ``gamma = 1`` never swaps a move towards the goal for an equally valued bump into a wall.
+    """
+    tied = Q >= Q.max(axis=1, keepdims=True) - TIE_TOLERANCE
+    best = np.argmax(tied, axis=1)
+    if current is not None:
+        kept = current.argmax(axis=1)
+        best = np.where(tied[np.arange(len(Q)), kept], kept, best)
     return np.eye(Q.shape[1])[best]
 
 
@@ -92,7 +101,7 @@ def policy_iteration(
     check_policy(policy, mdp.n_states, mdp.n_actions)
     for _ in range(max_iterations):
         V = exact_policy_values(mdp.P, mdp.R, policy, gamma, mdp.terminal)
-        improved = greedy_policy(q_from_v(mdp, V, gamma))
+        improved = greedy_policy(q_from_v(mdp, V, gamma), current=policy)
         changed = int((np.abs(improved - policy).sum(axis=1) > 0).sum())
         if history is not None:
             history.append(changed)
@@ -100,6 +109,21 @@ def policy_iteration(
             return V, policy
         policy = improved
     raise RuntimeError(f"policy_iteration did not stabilise in max_iterations={max_iterations}")
+
+
+def _checked_greedy(mdp: TabularMDP, V: np.ndarray, gamma: float) -> np.ndarray:
+    """The greedy policy of V; at gamma = 1 it must also reach a terminal state, which ties can prevent."""
+    policy = greedy_policy(q_from_v(mdp, V, gamma))
+    if gamma == 1.0:
+        try:
+            exact_policy_values(mdp.P, mdp.R, policy, gamma, mdp.terminal)
+        except ValueError as error:
+            raise ValueError(
+                "value_iteration with gamma = 1: a greedy policy of V* never reaches a terminal state, because "
+                "waiting (e.g. bumping into a wall) costs nothing and ties with progress; use gamma < 1, a step "
+                "cost, or policy_iteration, which keeps progressing actions on ties"
+            ) from error
+    return policy
 
 
 def value_iteration(
@@ -119,7 +143,7 @@ def value_iteration(
         if history is not None:
             history.append(change)
         if change < tol:
-            return V, greedy_policy(q_from_v(mdp, V, gamma))
+            return V, _checked_greedy(mdp, V, gamma)
     raise RuntimeError(f"value_iteration did not converge to tol={tol} in max_sweeps={max_sweeps}")
 
 
@@ -130,7 +154,8 @@ def dyna_q(env: gym.Env, n_planning: int = 5, episodes: int = 50, alpha: float =
     The model remembers the last ``(reward, next_state, terminated)`` seen after each ``(s, a)``
     (the dynamics are assumed deterministic). Each planning step picks a previously observed state
     at random, then an action previously taken there, and applies the same Q-learning update
-    (eq-ch02-dyna-update) to the remembered outcome. ``n_planning = 0`` is plain Q-learning.
+    (eq-ch02-dyna-update) to the remembered outcome. ``n_planning = 0`` is plain Q-learning (the same
+    algorithm as ``q_learning``, though its random draws, and so its numbers, differ).
     Returns ``(Q, history)`` with ``episode_length`` and ``episode_return`` per episode.
     """
     n_states, n_actions = _check_run(env, episodes, gamma)

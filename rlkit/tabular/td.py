@@ -140,7 +140,8 @@ def off_policy_mc_prediction(env, target_policy, behaviour_policy, gamma=1.0, ep
     Each return is weighted by the importance ratio ``W = prod_k pi(a_k|s_k) / b(a_k|s_k)`` of the steps
     after the pair (eq-importance-ratio): the ancestor of PPO's probability ratio (Chapter 7). Weighted
     importance sampling divides by the sum of the weights (biased, far lower variance); ordinary
-    importance sampling divides by the number of visits (unbiased).
+    importance sampling divides by the number of visits (every-visit, as here: consistent but biased;
+    the first-visit version is unbiased).
     """
     n_states, n_actions = _check_run(env, episodes, gamma)
     check_policy(target_policy, n_states, n_actions)

@@ -100,6 +100,10 @@ def test_bad_input_raises_clear_errors():
         Layout(rows=("S.?",))
     with pytest.raises(ValueError, match="rows"):
         Layout(rows=("S..", "."))
+    with pytest.raises(ValueError, match="jumps"):
+        Layout(rows=("A..",), jumps={"A": ("a", 1.0)})
+    with pytest.raises(ValueError, match="gamma"):
+        Layout(rows=("S.G",), gamma=1.5)
     env = GridWorld("chapter1")
     with pytest.raises(ValueError, match="start_state"):
         env.reset(options={"start_state": 5})  # a wall

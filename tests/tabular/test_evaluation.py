@@ -58,5 +58,7 @@ def test_bad_input_raises_clear_errors():
         exact_policy_values(P, R, np.ones((16, 3)) / 3, 0.9, terminal)
     with pytest.raises(ValueError, match="gamma"):
         exact_policy_values(P, R, uniform_random_policy(16, 4), 1.1, terminal)
+    with pytest.raises(ValueError, match="terminal must be a boolean array"):
+        exact_policy_values(P, R, uniform_random_policy(16, 4), 0.9, terminal.astype(int))
     with pytest.raises(ValueError, match="episodes_per_state"):
         monte_carlo_policy_values(gym.make("rlkit/GridWorld-v0"), uniform_random_policy(16, 4), 0.9, episodes_per_state=0)

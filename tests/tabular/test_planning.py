@@ -57,8 +57,19 @@ def test_the_5x5_random_and_optimal_values_equal_figures_3_2_and_3_5():
     np.testing.assert_allclose(v_star.reshape(5, 5), SUTTON_BARTO_5X5_OPTIMAL, atol=0.05)
     v_pi_star, pi_star = policy_iteration(mdp, gamma=0.9)
     np.testing.assert_allclose(v_pi_star, v_star, atol=1e-8)
-    assert policy[1].argmax() in range(4)  # from A every action jumps to A': all tie
-    assert np.all(policy.sum(axis=1) == 1) and np.all(pi_star.sum(axis=1) == 1)
+    q_star = q_from_v(mdp, v_star, 0.9)
+    np.testing.assert_allclose(q_star[1], q_star[1, 0])  # from A every action jumps to A' (+10): all tie
+    for optimal in (policy, pi_star):  # ties may be broken differently; both must be optimal
+        np.testing.assert_allclose(exact_policy_values(mdp.P, mdp.R, optimal, 0.9, mdp.terminal), v_star, atol=1e-8)
+
+
+def test_gamma_one_ties_policy_iteration_progresses_and_value_iteration_says_why_it_cannot():
+    mdp = TabularMDP.from_gymnasium(gym.make("FrozenLake-v1", is_slippery=False))
+    V, policy = policy_iteration(mdp, gamma=1.0)  # moving and bumping tie at V = 1: keep the moving action
+    assert V[0] == 1.0
+    np.testing.assert_allclose(exact_policy_values(mdp.P, mdp.R, policy, 1.0, mdp.terminal)[0], 1.0)
+    with pytest.raises(ValueError, match="never reaches a terminal state"):
+        value_iteration(mdp, gamma=1.0)
 
 
 @pytest.mark.parametrize("is_slippery", [True, False])

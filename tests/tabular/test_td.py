@@ -199,3 +199,63 @@ def test_control_is_reproducible_for_a_seed(learner):
 def test_bad_input_raises_a_value_error_that_says_what_is_wrong(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ---------------------------------------------------------------- hand cases: discounting, truncation, expectations
+
+def always_right():
+    return left_right(1.0)
+
+
+def test_n_step_td_by_hand_with_discount_and_a_truncated_episode():
+    """Start C (state 3), always right, cut after 2 steps at E (state 5): n = 2, alpha = 1, gamma = 0.5, V0 = 1.
+
+    V(C) <- 0 + 0.5 * 0 + 0.25 * V(E) = 0.25;  V(D) <- 0 + 0.5 * V(E) = 0.5 (the cut bootstraps from E).
+    """
+    env = make("random_walk_5", max_episode_steps=2)
+    V, _ = n_step_td_prediction(env, always_right(), n=2, alpha=1.0, gamma=0.5, episodes=1, initial_value=1.0)
+    assert V[3] == pytest.approx(0.25) and V[4] == pytest.approx(0.5) and V[5] == 1.0
+
+
+def test_td_lambda_bootstraps_at_a_time_limit():
+    """Same episode, TD(0) as TD(lambda = 0): V(C) <- 0.5 * V(D) = 0.5; at the cut V(D) <- 0.5 * V(E) = 0.5."""
+    env = make("random_walk_5", max_episode_steps=2)
+    V, _ = td_lambda_prediction(env, always_right(), lam=0.0, alpha=1.0, gamma=0.5, episodes=1, initial_value=1.0)
+    assert V[3] == pytest.approx(0.5) and V[4] == pytest.approx(0.5)
+
+
+def test_dyna_q_bootstraps_at_a_time_limit():
+    from rlkit.tabular import dyna_q
+
+    env = make("sutton_barto_5x5", max_episode_steps=1)
+    Q, _ = dyna_q(env, n_planning=5, episodes=3000, alpha=0.1, gamma=0.9, epsilon=0.5, seed=0)
+    assert Q.max() > 20  # only bootstrapping lets a one-step episode be worth more than one reward (10)
+
+
+def test_expected_sarsa_uses_the_epsilon_greedy_expectation():
+    from rlkit.tabular.td import epsilon_greedy_probabilities
+
+    np.testing.assert_allclose(epsilon_greedy_probabilities(np.array([1.0, 3.0, 3.0, 0.0]), 0.2),
+                               [0.05, 0.45, 0.45, 0.05])
+    env = gym.make("CliffWalking-v1")
+    greedy_expected, _ = expected_sarsa(env, episodes=30, epsilon=0.0, seed=2)
+    greedy_q, _ = q_learning(env, episodes=30, epsilon=0.0, seed=2)
+    np.testing.assert_array_equal(greedy_expected, greedy_q)  # epsilon = 0: the expectation is the max
+    exploring_expected, _ = expected_sarsa(env, episodes=30, epsilon=0.3, seed=2)
+    exploring_q, _ = q_learning(env, episodes=30, epsilon=0.3, seed=2)
+    assert not np.array_equal(exploring_expected, exploring_q)
+
+
+def test_ordinary_importance_sampling_scales_returns_and_weighted_does_not():
+    """After one episode that ends on the right (every return is 1), weighted IS estimates are exactly 1;
+    ordinary IS estimates are W * 1 with W a product of ratios 0.8/0.5 and 0.2/0.5, so not all 1."""
+    env = make("random_walk_5")
+    target, behaviour = left_right(0.8), left_right(0.5)
+    seed = next(s for s in range(100)
+                if off_policy_mc_prediction(env, target, behaviour, episodes=1, seed=s)[1]["episode_return"][0] == 1
+                and off_policy_mc_prediction(env, target, behaviour, episodes=1, seed=s)[1]["episode_length"][0] > 3)
+    weighted, _ = off_policy_mc_prediction(env, target, behaviour, episodes=1, weighted=True, seed=seed)
+    ordinary, _ = off_policy_mc_prediction(env, target, behaviour, episodes=1, weighted=False, seed=seed)
+    visited = weighted != 0
+    np.testing.assert_array_equal(weighted[visited], 1.0)
+    assert not np.allclose(ordinary[visited], 1.0)
