@@ -36,7 +36,14 @@ chromium:
 	@{ command -v chromium >/dev/null && fc-list :lang=ko | grep -q .; } || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium fonts-noto-cjk; }
 
+# The execution cache is keyed by each notebook's content only: when rlkit changes, forget it, so that
+# every page is read and every notebook runs again against the code it documents.
+RLKIT_HASH = $(shell cat pyproject.toml $$(find rlkit -name '*.py' | sort) | sha256sum | cut -c1-16)
+
 book: $(STAMP)
+	@mkdir -p _build
+	@if [ "$$(cat _build/.rlkit-hash 2>/dev/null)" != "$(RLKIT_HASH)" ]; then \
+		rm -rf _build/.jupyter_cache _build/.doctrees; echo "$(RLKIT_HASH)" > _build/.rlkit-hash; fi
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "Open _build/html/index.html, or run: make serve"
 
