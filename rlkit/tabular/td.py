@@ -65,8 +65,8 @@ def _cumulative(policy: np.ndarray) -> list[list[float]]:
     return cumulative.tolist()
 
 
-def _play_episode(env, choose, rng, first_reset_seed=None):
-    """Run one episode with ``choose(state) -> action``; return states, actions, rewards, terminated."""
+def _play_episode(env, choose, first_reset_seed=None):
+    """Run one episode with ``choose(state) -> action``; return its states, actions and rewards."""
     state, _ = env.reset(seed=first_reset_seed)
     states, actions, rewards = [], [], []
     while True:
@@ -77,7 +77,7 @@ def _play_episode(env, choose, rng, first_reset_seed=None):
         rewards.append(float(reward))
         state = next_state
         if terminated or truncated:
-            return states, actions, rewards, terminated, state
+            return states, actions, rewards
 
 
 def _returns(rewards: list[float], gamma: float) -> np.ndarray:
@@ -96,7 +96,7 @@ def mc_prediction(env, policy, gamma=1.0, episodes=1000, first_visit=True, seed=
     totals, counts = np.zeros(n_states), np.zeros(n_states)
     episode_returns, lengths = [], []
     for episode in range(episodes):
-        states, _, rewards, _, _ = _play_episode(env, lambda s: _sample(cumulative, s, rng), rng, seed if episode == 0 else None)
+        states, _, rewards = _play_episode(env, lambda s: _sample(cumulative, s, rng), seed if episode == 0 else None)
         first_step = {}
         for t, state in enumerate(states):
             first_step.setdefault(state, t)
@@ -119,9 +119,8 @@ def mc_control(env, episodes=1000, gamma=1.0, epsilon=0.1, seed=0):
     Q, counts = np.zeros((n_states, n_actions)), np.zeros((n_states, n_actions))
     episode_returns, lengths = [], []
     for episode in range(episodes):
-        states, actions, rewards, _, _ = _play_episode(
-            env, lambda s: epsilon_greedy(Q[s], epsilon, rng), rng, seed if episode == 0 else None
-        )
+        states, actions, rewards = _play_episode(env, lambda s: epsilon_greedy(Q[s], epsilon, rng),
+                                                 seed if episode == 0 else None)
         returns = _returns(rewards, gamma)
         first_visits = {}
         for t, pair in enumerate(zip(states, actions)):
@@ -152,7 +151,7 @@ def off_policy_mc_prediction(env, target_policy, behaviour_policy, gamma=1.0, ep
     Q, weights = np.zeros((n_states, n_actions)), np.zeros((n_states, n_actions))
     episode_returns, lengths = [], []
     for episode in range(episodes):
-        states, actions, rewards, _, _ = _play_episode(env, lambda s: _sample(cumulative, s, rng), rng, seed if episode == 0 else None)
+        states, actions, rewards = _play_episode(env, lambda s: _sample(cumulative, s, rng), seed if episode == 0 else None)
         G, W = 0.0, 1.0
         for state, action, reward in zip(reversed(states), reversed(actions), reversed(rewards)):
             G = gamma * G + reward
