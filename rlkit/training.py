@@ -21,6 +21,7 @@ class TrainResult:
     config: Any
     agent: torch.nn.Module
     history: list[dict[str, float]] = field(default_factory=list)
+    critic: torch.nn.Module | None = None  # a learned value function, for algorithms that have one
 
     def column(self, name: str) -> np.ndarray:
         """One metric over updates, as an array (NaN where a row lacks it)."""

@@ -1,0 +1,253 @@
+"""REINFORCE (Chapter 5): the Monte Carlo policy gradient, with or without a learned state-value baseline.
+
+Williams (1992); Sutton & Barto (2018), section 13.4 for the baseline. Each update plays one complete
+episode in each of ``episodes_per_update`` copies of the environment (a ``gymnasium.vector`` env in
+NEXT_STEP autoreset mode) with the current policy and follows the gradient estimate
+
+    g = 1/E sum_episodes sum_t (G_t - b(s_t)) grad log pi(a_t | s_t)        (eq-reinforce-baseline)
+
+with ``b = 0`` without a baseline (eq-reinforce-gradient). The sum is divided by the number of episodes
+``E``, a constant, and not by the number of steps, which depends on the actions: dividing by it would bias
+the estimate and break the baseline's zero mean.
+
+Gymnasium 1.x, done right:
+- an episode that *terminated* has no future: its return stops there;
+- an episode that was *truncated* (a time limit) would have gone on: with a baseline, its last reward
+  gets ``gamma * V(final observation)`` added (DESIGN.md). Without a value function there is nothing to
+  bootstrap from, and REINFORCE treats the time limit as the end, as the textbook algorithm does;
+- in NEXT_STEP mode the step after an episode end only resets that copy: the action is ignored, the reward
+  is 0. It and everything after the copy's first episode are masked out and never trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from rlkit.advantages import discounted_returns
+from rlkit.losses import masked_mean, policy_gradient_loss
+from rlkit.nets import CategoricalPolicy, ValueNetwork
+from rlkit.presets import preset
+from rlkit.training import TrainResult, greedy_returns, require, seed_everything
+
+DEFAULTS = dict(
+    total_steps=200_000, episodes_per_update=8, learning_rate=1e-3, value_learning_rate=1e-3, value_epochs=10,
+    gamma=0.99, baseline=True, normalize_advantages=False, hidden_sizes=(64, 64), max_grad_norm=None,
+)
+
+
+@dataclass
+class ReinforceConfig:
+    """REINFORCE's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+
+    env_id: str = "CartPole-v1"
+    seed: int = 0
+    total_steps: int | None = None  # environment steps of the episodes trained on
+    episodes_per_update: int | None = None  # complete episodes per gradient estimate (one per env copy)
+    learning_rate: float | None = None  # policy's Adam step size
+    value_learning_rate: float | None = None  # baseline's Adam step size
+    value_epochs: int | None = None  # gradient steps on the baseline per update (full batch)
+    gamma: float | None = None
+    baseline: bool | None = None  # learn V(s) and subtract it from the return (eq-reinforce-baseline)
+    normalize_advantages: bool | None = None  # whiten G_t - b(s_t) over the batch (a common, biased, trick)
+    hidden_sizes: tuple[int, ...] | None = None
+    max_grad_norm: float | None = None  # clip the policy gradient's global norm (None: never)
+    device: str = "cpu"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        tested = preset("reinforce", self.env_id)
+        for name, default in DEFAULTS.items():
+            if getattr(self, name) is None:
+                setattr(self, name, tested.get(name, default))
+        self.hidden_sizes = tuple(self.hidden_sizes)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("total_steps", "episodes_per_update", "value_epochs"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+        for name in ("learning_rate", "value_learning_rate"):
+            require(getattr(self, name) > 0, name, "> 0", getattr(self, name))
+        require(0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
+        require(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0 or None", self.max_grad_norm)
+        require(all(isinstance(s, int) and s >= 1 for s in self.hidden_sizes), "hidden_sizes", "positive layer sizes",
+                self.hidden_sizes)
+
+
+@dataclass
+class EpisodeBatch:
+    """One complete episode per env copy, stacked as ``[E, T]`` (``T``: the longest episode), right-padded.
+
+    ``mask`` is 1 on the steps of each copy's episode and 0 on the autoreset step and everything after.
+    ``final_values`` holds ``V(final observation)`` at a truncated last step and 0 elsewhere.
+    """
+
+    obs: torch.Tensor  # [E, T, obs_dim]
+    actions: torch.Tensor  # [E, T]
+    rewards: torch.Tensor  # [E, T]
+    mask: torch.Tensor  # [E, T]
+    terminated: torch.Tensor  # [E, T], 1 at a terminal last step
+    truncated: torch.Tensor  # [E, T], 1 at a truncated last step
+    final_obs: torch.Tensor  # [E, obs_dim], the observation each episode ended in
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.mask.sum())
+
+    @property
+    def episode_returns(self) -> torch.Tensor:
+        return (self.rewards * self.mask).sum(dim=1)
+
+
+def make_envs(env_id: str, copies: int) -> gym.vector.SyncVectorEnv:
+    """``copies`` of ``env_id`` in a vector env with NEXT_STEP autoreset (the mode this module masks for)."""
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(copies)],
+                                    autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    require(isinstance(envs.single_action_space, gym.spaces.Discrete), "env_id",
+            "an environment with Discrete actions (REINFORCE here uses a categorical policy)",
+            f"{env_id} with {envs.single_action_space}")
+    require(isinstance(envs.single_observation_space, gym.spaces.Box) and len(envs.single_observation_space.shape) == 1,
+            "env_id", "an environment with flat Box observations", f"{env_id} with {envs.single_observation_space}")
+    return envs
+
+
+def collect_episodes(envs: gym.vector.VectorEnv, policy: CategoricalPolicy, seed: int | None = None) -> EpisodeBatch:
+    """Play until every copy has finished one episode that started at this call; stack them.
+
+    The copies are reset first (``seed`` seeds that reset). A copy that finishes early keeps being stepped
+    (a vector env steps all copies) but those steps, starting with its autoreset step, are masked out.
+    """
+    obs, _ = envs.reset(seed=seed)
+    copies = envs.num_envs
+    running = np.ones(copies, dtype=bool)
+    steps: list[tuple] = []
+    final_obs = np.zeros_like(obs)
+    with torch.inference_mode():
+        while running.any():
+            obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
+            actions = policy.distribution(obs_tensor).sample()
+            next_obs, rewards, terminated, truncated, _ = envs.step(actions.numpy())
+            steps.append((obs_tensor, actions, rewards, running.copy(), terminated & running, truncated & running))
+            ended = running & (terminated | truncated)
+            final_obs[ended] = next_obs[ended]  # NEXT_STEP mode: the step's observation is the final one
+            running &= ~ended
+            obs = next_obs
+    stacked = [torch.stack([torch.as_tensor(np.asarray(step[i])) for step in steps], dim=1) for i in range(6)]
+    obs_batch, actions, rewards, mask, terminated, truncated = stacked
+    return EpisodeBatch(obs_batch, actions, rewards.float(), mask.float(), terminated.float(), truncated.float(),
+                        torch.as_tensor(final_obs, dtype=torch.float32))
+
+
+def returns_to_go(batch: EpisodeBatch, gamma: float, value: ValueNetwork | None = None) -> torch.Tensor:
+    """``G_t = r_t + gamma G_{t+1}`` within each episode (eq-return-recursive), 0 on masked steps.
+
+    With ``value``, a truncated episode's last reward gets ``gamma * V(final observation)`` added: the
+    return it would have had if the time limit had not cut it. A terminated episode gets nothing added.
+    """
+    rewards = batch.rewards * batch.mask
+    if value is not None:
+        with torch.no_grad():
+            rewards = rewards + gamma * batch.truncated * value(batch.final_obs)[:, None]
+    ends = torch.maximum(batch.terminated + batch.truncated, 1.0 - batch.mask)
+    return discounted_returns(rewards, gamma, dones=ends) * batch.mask
+
+
+def reinforce_loss(policy: CategoricalPolicy, batch: EpisodeBatch, advantages: torch.Tensor) -> torch.Tensor:
+    """The surrogate whose gradient is eq-reinforce-baseline: ``policy_gradient_loss`` (a mean over valid
+    steps) rescaled to a sum over steps divided by the number of episodes."""
+    logprobs = policy.distribution(batch.obs).log_prob(batch.actions)
+    steps_per_episode = batch.mask.sum() / batch.mask.shape[0]
+    return policy_gradient_loss(logprobs, advantages, batch.mask) * steps_per_episode
+
+
+def advantages_of(batch: EpisodeBatch, returns: torch.Tensor, value: ValueNetwork | None, normalize: bool) -> torch.Tensor:
+    """``G_t - V(s_t)`` with a baseline, ``G_t`` without; whitened over valid steps when ``normalize``."""
+    advantages = returns
+    if value is not None:
+        with torch.no_grad():
+            advantages = (returns - value(batch.obs)) * batch.mask
+    if normalize:
+        valid = batch.mask.bool()
+        whitened = (advantages[valid] - advantages[valid].mean()) / (advantages[valid].std() + 1e-8)
+        advantages = torch.zeros_like(advantages).masked_scatter(valid, whitened)
+    return advantages
+
+
+def fit_value(value: ValueNetwork, optimizer: torch.optim.Optimizer, batch: EpisodeBatch, returns: torch.Tensor,
+              epochs: int) -> float:
+    """Regress ``V(s_t)`` on the returns ``G_t`` (mean squared error over valid steps); the last loss."""
+    for _ in range(epochs):
+        loss = masked_mean((value(batch.obs) - returns) ** 2, batch.mask)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def train(config: ReinforceConfig) -> TrainResult:
+    """Train REINFORCE on ``config.env_id``; one history row per update. ``result.agent`` is the policy,
+    ``result.critic`` the baseline (None without one)."""
+    seed_everything(config.seed)
+    envs = make_envs(config.env_id, config.episodes_per_update)
+    obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
+    policy = CategoricalPolicy(obs_dim, n_actions, config.hidden_sizes)
+    value = ValueNetwork(obs_dim, config.hidden_sizes) if config.baseline else None
+    policy_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    value_optimizer = torch.optim.Adam(value.parameters(), lr=config.value_learning_rate) if value else None
+    history, steps, update = [], 0, 0
+    with tqdm(total=config.total_steps, disable=not config.progress, desc=f"REINFORCE {config.env_id}") as bar:
+        while steps < config.total_steps:
+            batch = collect_episodes(envs, policy, seed=config.seed if update == 0 else None)
+            returns = returns_to_go(batch, config.gamma, value)
+            advantages = advantages_of(batch, returns, value, config.normalize_advantages)
+            loss = reinforce_loss(policy, batch, advantages)
+            policy_optimizer.zero_grad()
+            loss.backward()
+            grad_norm = _clip(policy, config.max_grad_norm)
+            policy_optimizer.step()
+            steps, update = steps + batch.num_steps, update + 1
+            bar.update(batch.num_steps)
+            history.append({"step": steps, "episode_return": float(batch.episode_returns.mean()),
+                            "policy_loss": loss.item(), "grad_norm": grad_norm})
+            if value is not None:
+                history[-1]["value_loss"] = fit_value(value, value_optimizer, batch, returns, config.value_epochs)
+    envs.close()
+    return TrainResult(config, policy, history, critic=value)
+
+
+def gradient_estimates(policy: CategoricalPolicy, baseline: ValueNetwork, env_id: str, batches: int,
+                       episodes_per_batch: int, gamma: float = 0.99, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``batches`` independent batches with the fixed ``policy``; return the policy-gradient estimates
+    of eq-reinforce-gradient (no baseline) and eq-reinforce-baseline (``baseline``), ``[batches, n_params]`` each.
+
+    Both come from the same episodes, so their difference is exactly the baseline's term,
+    ``1/E sum b(s_t) grad log pi(a_t|s_t)``, whose expectation is 0 (eq-baseline-zero-mean).
+    """
+    require(batches >= 2, "batches", ">= 2", batches)
+    envs = make_envs(env_id, episodes_per_batch)
+    without, with_baseline = [], []
+    for index in range(batches):
+        batch = collect_episodes(envs, policy, seed=seed if index == 0 else None)
+        returns = returns_to_go(batch, gamma)
+        for advantages, out in ((returns, without), (advantages_of(batch, returns, baseline, False), with_baseline)):
+            policy.zero_grad()
+            reinforce_loss(policy, batch, advantages).backward()
+            out.append(torch.cat([-p.grad.flatten() for p in policy.parameters()]))  # ascent direction
+    envs.close()
+    return torch.stack(without), torch.stack(with_baseline)
+
+
+def _clip(module: torch.nn.Module, max_norm: float | None) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(module.parameters(), float("inf") if max_norm is None else max_norm)
+    return float(norm)
+
+
+def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
+    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
+    policy = result.agent.eval()
+    return float(greedy_returns(result.config.env_id, policy.greedy, episodes, seed).mean())
