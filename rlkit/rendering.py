@@ -45,8 +45,13 @@ def record_gif(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], path: s
                 break
     env.close()
     images = [_resized(frame, width) for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 * every / fps), loop=0)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=_gif_duration_ms(every / fps), loop=0)
     return total
+
+
+def _gif_duration_ms(seconds: float) -> int:
+    """GIF stores frame durations in hundredths of a second: round to those (at least one)."""
+    return 10 * max(1, round(100 * seconds))
 
 
 def _resized(frame: np.ndarray, width: int) -> Image.Image:
