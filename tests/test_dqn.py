@@ -1,5 +1,6 @@
 """DQN's pieces against hand computations; its config against bad input. (Learning tests: Chapter 4's issue.)"""
 
+import numpy as np
 import pytest
 import torch
 
@@ -75,3 +76,31 @@ def test_same_seed_same_numbers():
     for a, b in zip(first.agent.parameters(), second.agent.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert first.history == second.history
+
+
+def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_terminal(monkeypatch):
+    """Gymnasium 1.x: the time limit truncates; DQN must still bootstrap from the state it stopped in."""
+    import gymnasium as gym
+    from gymnasium.envs.classic_control import CartPoleEnv
+
+    import rlkit.dqn as dqn
+
+    if "rlkit-test/CartPole5-v0" not in gym.registry:
+        gym.register("rlkit-test/CartPole5-v0", entry_point=CartPoleEnv, max_episode_steps=5)
+    stored = []
+    original_add = dqn.ReplayBuffer.add
+    monkeypatch.setattr(dqn.ReplayBuffer, "add", lambda self, *transition: stored.append(transition) or original_add(self, *transition))
+    train(DQNConfig(env_id="rlkit-test/CartPole5-v0", total_steps=20, learning_starts=100, buffer_size=64, seed=1))
+    assert len(stored) == 20
+    for index, (obs, action, reward, next_obs, terminated) in enumerate(stored):
+        assert not terminated  # five steps never topple CartPole from its start
+        if index % 5 == 4:  # the truncated step: its next_obs is the final observation, not a reset one
+            replay = gym.make("CartPole-v1")
+            replay.reset()
+            replay.unwrapped.state = stored[index][0].copy()
+            expected, *_ = replay.step(int(action))
+            np.testing.assert_allclose(next_obs, expected, rtol=1e-6)
+            if index + 1 < len(stored):
+                assert not np.allclose(stored[index + 1][0], next_obs)  # the next episode starts elsewhere
+        elif index + 1 < len(stored):
+            np.testing.assert_array_equal(stored[index + 1][0], next_obs)
