@@ -77,22 +77,22 @@ class DQNConfig:
 class ReplayBuffer:
     """A ring buffer of transitions in preallocated tensors; uniform sampling."""
 
-    def __init__(self, capacity: int, obs_dim: int):
-        self.obs = torch.zeros(capacity, obs_dim)
-        self.next_obs = torch.zeros(capacity, obs_dim)
-        self.actions = torch.zeros(capacity, dtype=torch.long)
-        self.rewards = torch.zeros(capacity)
-        self.terminated = torch.zeros(capacity)
-        self.capacity, self.size, self.position = capacity, 0, 0
+    def __init__(self, capacity: int, obs_dim: int, device: str | torch.device = "cpu"):
+        self.obs = torch.zeros(capacity, obs_dim, device=device)
+        self.next_obs = torch.zeros(capacity, obs_dim, device=device)
+        self.actions = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.rewards = torch.zeros(capacity, device=device)
+        self.terminated = torch.zeros(capacity, device=device)
+        self.capacity, self.size, self.position, self.device = capacity, 0, 0, torch.device(device)
 
     def add(self, obs, action, reward, next_obs, terminated) -> None:
         i = self.position
-        self.obs[i], self.next_obs[i] = torch.as_tensor(obs), torch.as_tensor(next_obs)
+        self.obs[i], self.next_obs[i] = torch.as_tensor(obs, device=self.device), torch.as_tensor(next_obs, device=self.device)
         self.actions[i], self.rewards[i], self.terminated[i] = int(action), float(reward), float(terminated)
         self.position, self.size = (i + 1) % self.capacity, min(self.size + 1, self.capacity)
 
     def sample(self, batch_size: int, generator: torch.Generator):
-        index = torch.randint(self.size, (batch_size,), generator=generator)
+        index = torch.randint(self.size, (batch_size,), generator=generator).to(self.device)  # CPU generator: same draws on any device
         return self.obs[index], self.actions[index], self.rewards[index], self.next_obs[index], self.terminated[index]
 
 
@@ -128,7 +128,7 @@ def train(config: DQNConfig) -> TrainResult:
     q_online = QNetwork(obs_dim, n_actions, config.hidden_sizes).to(config.device)
     q_target = copy.deepcopy(q_online)
     optimizer = torch.optim.Adam(q_online.parameters(), lr=config.learning_rate)
-    buffer = ReplayBuffer(config.buffer_size, obs_dim)
+    buffer = ReplayBuffer(config.buffer_size, obs_dim, config.device)
     rng = np.random.default_rng(config.seed)
     sampler = torch.Generator().manual_seed(config.seed)
     env.action_space.seed(config.seed)
@@ -139,7 +139,7 @@ def train(config: DQNConfig) -> TrainResult:
             action = int(env.action_space.sample())
         else:
             with torch.inference_mode():
-                action = int(q_online(torch.as_tensor(obs, dtype=torch.float32)).argmax())
+                action = int(q_online(torch.as_tensor(obs, dtype=torch.float32, device=config.device)).argmax())
         next_obs, reward, terminated, truncated, info = env.step(action)
         buffer.add(obs, action, reward, next_obs, terminated)  # next_obs is the true final one, also when truncated
         obs = next_obs
@@ -170,5 +170,5 @@ def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> fl
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a Q(s, a)`` over ``episodes`` episodes."""
-    q = result.agent.eval()
-    return float(greedy_returns(result.config.env_id, lambda obs: q(obs).argmax(dim=1), episodes, seed).mean())
+    q, device = result.agent.eval(), result.config.device
+    return float(greedy_returns(result.config.env_id, lambda obs: q(obs.to(device)).argmax(dim=1), episodes, seed).mean())

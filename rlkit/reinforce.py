@@ -121,7 +121,9 @@ def collect_episodes(envs: gym.vector.VectorEnv, policy: CategoricalPolicy, seed
 
     The copies are reset first (``seed`` seeds that reset). A copy that finishes early keeps being stepped
     (a vector env steps all copies) but those steps, starting with its autoreset step, are masked out.
+    The batch lives on the policy's device.
     """
+    device = next(policy.parameters()).device
     obs, _ = envs.reset(seed=seed)
     copies = envs.num_envs
     running = np.ones(copies, dtype=bool)
@@ -129,18 +131,18 @@ def collect_episodes(envs: gym.vector.VectorEnv, policy: CategoricalPolicy, seed
     final_obs = np.zeros_like(obs)
     with torch.inference_mode():
         while running.any():
-            obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
+            obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
             actions = policy.distribution(obs_tensor).sample()
-            next_obs, rewards, terminated, truncated, _ = envs.step(actions.numpy())
+            next_obs, rewards, terminated, truncated, _ = envs.step(actions.cpu().numpy())
             steps.append((obs_tensor, actions, rewards, running.copy(), terminated & running, truncated & running))
             ended = running & (terminated | truncated)
             final_obs[ended] = next_obs[ended]  # NEXT_STEP mode: the step's observation is the final one
             running &= ~ended
             obs = next_obs
-    stacked = [torch.stack([torch.as_tensor(np.asarray(step[i])) for step in steps], dim=1) for i in range(6)]
+    stacked = [torch.stack([torch.as_tensor(step[i], device=device) for step in steps], dim=1) for i in range(6)]
     obs_batch, actions, rewards, mask, terminated, truncated = stacked
     return EpisodeBatch(obs_batch, actions, rewards.float(), mask.float(), terminated.float(), truncated.float(),
-                        torch.as_tensor(final_obs, dtype=torch.float32))
+                        torch.as_tensor(final_obs, dtype=torch.float32, device=device))
 
 
 def returns_to_go(batch: EpisodeBatch, gamma: float, value: ValueNetwork | None = None) -> torch.Tensor:
@@ -195,8 +197,8 @@ def train(config: ReinforceConfig) -> TrainResult:
     seed_everything(config.seed)
     envs = make_envs(config.env_id, config.episodes_per_update)
     obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
-    policy = CategoricalPolicy(obs_dim, n_actions, config.hidden_sizes)
-    value = ValueNetwork(obs_dim, config.hidden_sizes) if config.baseline else None
+    policy = CategoricalPolicy(obs_dim, n_actions, config.hidden_sizes).to(config.device)
+    value = ValueNetwork(obs_dim, config.hidden_sizes).to(config.device) if config.baseline else None
     policy_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     value_optimizer = torch.optim.Adam(value.parameters(), lr=config.value_learning_rate) if value else None
     history, steps, update = [], 0, 0
@@ -249,5 +251,5 @@ def _clip(module: torch.nn.Module, max_norm: float | None) -> float:
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
-    policy = result.agent.eval()
-    return float(greedy_returns(result.config.env_id, policy.greedy, episodes, seed).mean())
+    policy, device = result.agent.eval(), result.config.device
+    return float(greedy_returns(result.config.env_id, lambda obs: policy.greedy(obs.to(device)), episodes, seed).mean())
