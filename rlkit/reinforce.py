@@ -29,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlkit.advantages import discounted_returns
-from rlkit.losses import masked_mean, policy_gradient_loss
+from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
 from rlkit.presets import preset
 from rlkit.training import TrainResult, greedy_returns, require, seed_everything
@@ -173,11 +173,7 @@ def advantages_of(batch: EpisodeBatch, returns: torch.Tensor, value: ValueNetwor
     if value is not None:
         with torch.no_grad():
             advantages = (returns - value(batch.obs)) * batch.mask
-    if normalize:
-        valid = batch.mask.bool()
-        whitened = (advantages[valid] - advantages[valid].mean()) / (advantages[valid].std() + 1e-8)
-        advantages = torch.zeros_like(advantages).masked_scatter(valid, whitened)
-    return advantages
+    return masked_whiten(advantages, batch.mask) if normalize else advantages
 
 
 def fit_value(value: ValueNetwork, optimizer: torch.optim.Optimizer, batch: EpisodeBatch, returns: torch.Tensor,

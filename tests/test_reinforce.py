@@ -17,6 +17,7 @@ from rlkit.reinforce import (
     returns_to_go,
     train,
 )
+import rlkit.reinforce as reinforce
 from rlkit.nets import CategoricalPolicy, ValueNetwork
 
 GAMMA = 0.9
@@ -200,3 +201,12 @@ def test_same_seed_same_numbers(baseline):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert first.history == second.history and (first.critic is None) == (not baseline)
     assert first.history[-1]["step"] >= 400
+
+
+def test_normalized_advantages_are_whitened_over_valid_steps_only():
+    batch = two_episodes()
+    returns = returns_to_go(batch, GAMMA)
+    advantages = reinforce.advantages_of(batch, returns, None, normalize=True)
+    valid = advantages[batch.mask.bool()]
+    assert abs(float(valid.mean())) < 1e-6 and float(valid.std()) == pytest.approx(1.0, abs=1e-4)
+    assert torch.all(advantages[~batch.mask.bool()] == 0)
