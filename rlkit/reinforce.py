@@ -224,7 +224,8 @@ def gradient_estimates(policy: CategoricalPolicy, baseline: ValueNetwork, env_id
     of eq-reinforce-gradient (no baseline) and eq-reinforce-baseline (``baseline``), ``[batches, n_params]`` each.
 
     Both come from the same episodes, so their difference is exactly the baseline's term,
-    ``1/E sum b(s_t) grad log pi(a_t|s_t)``, whose expectation is 0 (eq-baseline-zero-mean).
+    ``1/E sum b(s_t) grad log pi(a_t|s_t)``, whose expectation is 0 (eq-baseline-zero-mean). For that
+    reason both use the same returns, never bootstrapped: measure at a policy whose episodes terminate.
     """
     require(batches >= 2, "batches", ">= 2", batches)
     envs = make_envs(env_id, episodes_per_batch)
