@@ -123,6 +123,8 @@ def collect_episodes(envs: gym.vector.VectorEnv, policy: CategoricalPolicy, seed
     (a vector env steps all copies) but those steps, starting with its autoreset step, are masked out.
     The batch lives on the policy's device.
     """
+    require(envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.NEXT_STEP, "envs",
+            "a vector env in NEXT_STEP autoreset mode (make_envs builds one)", envs.metadata.get("autoreset_mode"))
     device = next(policy.parameters()).device
     obs, _ = envs.reset(seed=seed)
     copies = envs.num_envs
@@ -149,13 +151,15 @@ def returns_to_go(batch: EpisodeBatch, gamma: float, value: ValueNetwork | None 
     """``G_t = r_t + gamma G_{t+1}`` within each episode (eq-return-recursive), 0 on masked steps.
 
     With ``value``, a truncated episode's last reward gets ``gamma * V(final observation)`` added: the
-    return it would have had if the time limit had not cut it. A terminated episode gets nothing added.
+    return it would have had if the time limit had not cut it. A terminated episode gets nothing added,
+    also when the time limit fell on the same step (Gymnasium then sets both flags).
     """
     rewards = batch.rewards * batch.mask
     if value is not None:
+        cut_short = batch.truncated * (1.0 - batch.terminated)
         with torch.no_grad():
-            rewards = rewards + gamma * batch.truncated * value(batch.final_obs)[:, None]
-    ends = torch.maximum(batch.terminated + batch.truncated, 1.0 - batch.mask)
+            rewards = rewards + gamma * cut_short * value(batch.final_obs)[:, None]
+    ends = torch.maximum(torch.maximum(batch.terminated, batch.truncated), 1.0 - batch.mask)
     return discounted_returns(rewards, gamma, dones=ends) * batch.mask
 
 
@@ -226,19 +230,27 @@ def gradient_estimates(policy: CategoricalPolicy, baseline: ValueNetwork, env_id
     Both come from the same episodes, so their difference is exactly the baseline's term,
     ``1/E sum b(s_t) grad log pi(a_t|s_t)``, whose expectation is 0 (eq-baseline-zero-mean). For that
     reason both use the same returns, never bootstrapped: measure at a policy whose episodes terminate.
+    ``seed`` seeds the environments and the action sampling (torch's global generator is left as it was).
     """
     require(batches >= 2, "batches", ">= 2", batches)
     envs = make_envs(env_id, episodes_per_batch)
     without, with_baseline = [], []
-    for index in range(batches):
-        batch = collect_episodes(envs, policy, seed=seed if index == 0 else None)
-        returns = returns_to_go(batch, gamma)
-        for advantages, out in ((returns, without), (advantages_of(batch, returns, baseline, False), with_baseline)):
-            policy.zero_grad()
-            reinforce_loss(policy, batch, advantages).backward()
-            out.append(torch.cat([-p.grad.flatten() for p in policy.parameters()]))  # ascent direction
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for index in range(batches):
+            _append_gradients(policy, baseline, envs, gamma, seed if index == 0 else None, without, with_baseline)
     envs.close()
     return torch.stack(without), torch.stack(with_baseline)
+
+
+def _append_gradients(policy, baseline, envs, gamma, seed, without, with_baseline) -> None:
+    """One batch: append its gradient estimate without and with the baseline."""
+    batch = collect_episodes(envs, policy, seed=seed)
+    returns = returns_to_go(batch, gamma)
+    for advantages, out in ((returns, without), (advantages_of(batch, returns, baseline, False), with_baseline)):
+        policy.zero_grad()
+        reinforce_loss(policy, batch, advantages).backward()
+        out.append(torch.cat([-p.grad.flatten() for p in policy.parameters()]))  # ascent direction
 
 
 def _clip(module: torch.nn.Module, max_norm: float | None) -> float:

@@ -22,24 +22,25 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 
 def record_gif(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], path: str | Path, seed: int = 0,
-               max_frames: int = 500, fps: int = 30, every: int = 2, width: int = 300) -> float:
+               max_steps: int = 500, fps: int = 30, every: int = 2, width: int = 300) -> float:
     """Play one episode of ``env_id`` with ``act(obs_batch) -> actions``, save it as a GIF, return its return.
 
     ``every`` keeps one frame in ``every`` (a 500-step CartPole episode stays a small file); ``width``
-    resizes the frames (aspect kept). Stops after ``max_frames`` environment steps.
+    resizes the frames (aspect kept). Stops after ``max_steps`` environment steps. The last frame
+    (the pole falling) is always kept.
     """
-    for name, value in (("max_frames", max_frames), ("fps", fps), ("every", every), ("width", width)):
+    for name, value in (("max_steps", max_steps), ("fps", fps), ("every", every), ("width", width)):
         if not (isinstance(value, int) and value >= 1):
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     env = gym.make(env_id, render_mode="rgb_array")
     obs, _ = env.reset(seed=seed)
     frames, total = [env.render()], 0.0
     with torch.inference_mode():
-        for step in range(max_frames):
+        for step in range(max_steps):
             action = act(torch.as_tensor(obs, dtype=torch.float32)[None])[0].cpu().numpy()
             obs, reward, terminated, truncated, _ = env.step(action if action.ndim else action.item())
             total += float(reward)
-            if step % every == every - 1:
+            if step % every == every - 1 or terminated or truncated:
                 frames.append(env.render())
             if terminated or truncated:
                 break

@@ -1,4 +1,4 @@
-"""DQN's pieces against hand computations; its config against bad input. (Learning tests: Chapter 4's issue.)"""
+"""DQN's pieces against hand computations; its config against bad input. (Learning: tests/test_dqn_learning.py.)"""
 
 import numpy as np
 import pytest

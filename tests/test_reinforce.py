@@ -53,6 +53,31 @@ def test_returns_stop_at_termination_and_bootstrap_only_a_truncation():
     torch.testing.assert_close(bootstrapped, expected_boot)  # row 0 (terminated) is unchanged
 
 
+def test_a_time_limit_on_the_terminal_step_does_not_bootstrap():
+    """Gymnasium sets truncated and terminated together when the pole falls on the last allowed step."""
+    batch = two_episodes()
+    batch.terminated[1, 2] = 1.0
+    expected = torch.tensor([[1 + GAMMA * 2, 2, 0, 0], [1 + GAMMA + GAMMA**2, 1 + GAMMA, 1, 0]])
+    torch.testing.assert_close(returns_to_go(batch, GAMMA, ConstantValue(10.0)), expected)
+
+
+def test_collect_refuses_a_same_step_vector_env():
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    with pytest.raises(ValueError, match="envs must be a vector env in NEXT_STEP autoreset mode"):
+        collect_episodes(envs, CategoricalPolicy(4, 2, (8,)))
+
+
+def test_gradient_estimates_are_reproducible_and_leave_the_global_generator_alone():
+    torch.manual_seed(0)
+    policy, value = CategoricalPolicy(4, 2, (8,)), ValueNetwork(4, (8,))
+    state = torch.random.get_rng_state()
+    first = gradient_estimates(policy, value, "CartPole-v1", batches=3, episodes_per_batch=2, seed=11)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    second = gradient_estimates(policy, value, "CartPole-v1", batches=3, episodes_per_batch=2, seed=11)
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_the_loss_is_a_sum_over_steps_divided_by_the_number_of_episodes():
     torch.manual_seed(0)
     policy = CategoricalPolicy(1, 2, (8,))
@@ -99,16 +124,17 @@ def test_masked_steps_never_reach_the_gradient():
     torch.manual_seed(0)
     policy = CategoricalPolicy(4, 2, (8,))
     batch = collect_episodes(vector_env_with_lengths([3, 6]), policy, seed=5)
-    advantages = returns_to_go(batch, GAMMA)
 
     def gradient(b):
         policy.zero_grad()
+        advantages = returns_to_go(b, GAMMA, ConstantValue(3.0)) - 1.0  # non-zero wherever the mask fails
         reinforce_loss(policy, b, advantages).backward()
         return torch.cat([p.grad.flatten() for p in policy.parameters()])
 
     clean = gradient(batch)
     batch.obs[0, 3:] = 1e6  # garbage on the autoreset step and after it
     batch.actions[0, 3:] = 1 - batch.actions[0, 3:]
+    batch.rewards[0, 3:] = 50.0
     torch.testing.assert_close(gradient(batch), clean)
 
 

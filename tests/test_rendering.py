@@ -37,12 +37,23 @@ def total_duration(image) -> int:
     return total
 
 
-def test_max_frames_stops_a_long_episode(tmp_path):
-    assert record_gif("Pendulum-v1", lambda obs: torch.zeros(len(obs), 1), tmp_path / "p.gif", max_frames=7) < 0
+def test_max_steps_stops_a_long_episode(tmp_path):
+    assert record_gif("Pendulum-v1", lambda obs: torch.zeros(len(obs), 1), tmp_path / "p.gif", max_steps=7) < 0
     assert total_duration(Image.open(tmp_path / "p.gif")) == (1 + 7 // 2) * 70
 
 
-@pytest.mark.parametrize("field", ["max_frames", "fps", "every", "width"])
+def test_the_last_frame_is_kept_when_every_skips_it(tmp_path):
+    env = gym.make("CartPole-v1")
+    env.reset(seed=4)
+    length = 0
+    while not any(env.step(0)[2:4]):
+        length += 1
+    length += 1
+    record_gif("CartPole-v1", push_left, tmp_path / "e.gif", seed=4, every=length + 5, fps=100)
+    assert total_duration(Image.open(tmp_path / "e.gif")) == 2 * 10 * (length + 5)  # the reset frame and the last
+
+
+@pytest.mark.parametrize("field", ["max_steps", "fps", "every", "width"])
 def test_bad_numbers_name_the_field(tmp_path, field):
     with pytest.raises(ValueError, match=field):
         record_gif("CartPole-v1", push_left, tmp_path / "x.gif", **{field: 0})
