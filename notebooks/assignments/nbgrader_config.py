@@ -21,3 +21,7 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# nbgrader stops a cell after 30 seconds by default. A test cell of reinforce_baseline trains two small
+# agents (a few seconds each on a laptop): give slow or busy machines room.
+c.Execute.timeout = 300
