@@ -8,7 +8,7 @@ observation and bootstraps from it.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rlkit.nets import QNetwork
-from rlkit.presets import preset
-from rlkit.training import TrainResult, greedy_returns, require, seed_everything
+from rlkit.presets import fill_from_preset
+from rlkit.training import TrainResult, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
 
 DEFAULTS = dict(
     total_steps=100_000, learning_rate=1e-3, batch_size=64, buffer_size=50_000, learning_starts=1_000, gamma=0.99,
@@ -52,10 +52,7 @@ class DQNConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        tested = preset("dqn", self.env_id)
-        for name, default in DEFAULTS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, tested.get(name, default))
+        fill_from_preset(self, "dqn", DEFAULTS)
         self.hidden_sizes = tuple(self.hidden_sizes)
         self._validate()
 
@@ -113,10 +110,7 @@ def epsilon_at(step: int, config: DQNConfig) -> float:
 
 def _make_env(config: DQNConfig) -> gym.Env:
     env = gym.wrappers.RecordEpisodeStatistics(gym.make(config.env_id))
-    require(isinstance(env.action_space, gym.spaces.Discrete), "env_id", "an environment with Discrete actions (DQN)",
-            f"{config.env_id} with {env.action_space}")
-    require(isinstance(env.observation_space, gym.spaces.Box) and len(env.observation_space.shape) == 1, "env_id",
-            "an environment with flat Box observations", f"{config.env_id} with {env.observation_space}")
+    require_discrete_actions_and_flat_obs(config.env_id, env.action_space, env.observation_space, "DQN")
     return env
 
 

@@ -26,3 +26,11 @@ PRESETS: dict[str, dict[str, dict]] = {
 def preset(algorithm: str, env_id: str) -> dict:
     """The tested preset for ``env_id`` (empty when there is none)."""
     return dict(PRESETS.get(algorithm, {}).get(env_id, {}))
+
+
+def fill_from_preset(config, algorithm: str, defaults: dict) -> None:
+    """Set every field of ``config`` still None from the tested preset for ``config.env_id``, else ``defaults``."""
+    tested = preset(algorithm, config.env_id)
+    for name, default in defaults.items():
+        if getattr(config, name) is None:
+            setattr(config, name, tested.get(name, default))

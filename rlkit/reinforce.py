@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 from rlkit.advantages import discounted_returns
 from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
-from rlkit.presets import preset
-from rlkit.training import TrainResult, greedy_returns, require, seed_everything
+from rlkit.presets import fill_from_preset
+from rlkit.training import TrainResult, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
 
 DEFAULTS = dict(
     total_steps=200_000, episodes_per_update=8, learning_rate=1e-3, value_learning_rate=1e-3, value_epochs=10,
@@ -60,10 +60,7 @@ class ReinforceConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        tested = preset("reinforce", self.env_id)
-        for name, default in DEFAULTS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, tested.get(name, default))
+        fill_from_preset(self, "reinforce", DEFAULTS)
         self.hidden_sizes = tuple(self.hidden_sizes)
         self._validate()
 
@@ -84,7 +81,7 @@ class EpisodeBatch:
     """One complete episode per env copy, stacked as ``[E, T]`` (``T``: the longest episode), right-padded.
 
     ``mask`` is 1 on the steps of each copy's episode and 0 on the autoreset step and everything after.
-    ``final_values`` holds ``V(final observation)`` at a truncated last step and 0 elsewhere.
+    ``final_obs`` is the observation each episode ended in (what a truncation bootstraps from).
     """
 
     obs: torch.Tensor  # [E, T, obs_dim]
@@ -108,11 +105,8 @@ def make_envs(env_id: str, copies: int) -> gym.vector.SyncVectorEnv:
     """``copies`` of ``env_id`` in a vector env with NEXT_STEP autoreset (the mode this module masks for)."""
     envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(copies)],
                                     autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-    require(isinstance(envs.single_action_space, gym.spaces.Discrete), "env_id",
-            "an environment with Discrete actions (REINFORCE here uses a categorical policy)",
-            f"{env_id} with {envs.single_action_space}")
-    require(isinstance(envs.single_observation_space, gym.spaces.Box) and len(envs.single_observation_space.shape) == 1,
-            "env_id", "an environment with flat Box observations", f"{env_id} with {envs.single_observation_space}")
+    require_discrete_actions_and_flat_obs(env_id, envs.single_action_space, envs.single_observation_space,
+                                          "REINFORCE here uses a categorical policy")
     return envs
 
 

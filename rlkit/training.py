@@ -41,6 +41,14 @@ def require(condition: bool, field_name: str, allowed: str, value: Any) -> None:
         raise ValueError(f"{field_name} must be {allowed}, got {value!r}")
 
 
+def require_discrete_actions_and_flat_obs(env_id: str, action_space, observation_space, algorithm: str) -> None:
+    """Raise ``ValueError`` naming ``env_id`` unless the env has Discrete actions and flat Box observations."""
+    require(isinstance(action_space, gym.spaces.Discrete), "env_id", f"an environment with Discrete actions ({algorithm})",
+            f"{env_id} with {action_space}")
+    require(isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1, "env_id",
+            "an environment with flat Box observations", f"{env_id} with {observation_space}")
+
+
 def greedy_returns(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], episodes: int = 100, seed: int = 10_000,
                    num_envs: int = 10, env_kwargs: dict | None = None) -> np.ndarray:
     """Undiscounted returns of ``episodes`` full episodes, acting with ``act(obs_batch) -> actions``.
