@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +118,20 @@ class Assignment:
         """Autograde every submission (or one student's) with the given grading seed."""
         nbgrader(course, "autograde", self.name, "--create", "--force",
                  *(("--student", student) if student else ()), seed=seed)
+
+    def grade_submissions(self, course: Path, variants: dict[str, Variant],
+                          make_recorder: Callable[[dict[str, str]], dict[str, str]], seed: str) -> dict[str, dict[str, float]]:
+        """Submit the reference, the unmodified release ("stubs"), each variant (the reference with its cells
+        replaced) and the recorder built from the reference; autograde them in one run; their scores."""
+        reference = self.reference_sources()
+        submissions = {"reference": reference, "stubs": {}}
+        for name, variant in variants.items():
+            submissions[name] = {**reference, **variant.cells}
+        submissions["recorder"] = make_recorder(reference)
+        for student, cells in submissions.items():
+            self.submit(course, student, cells)
+        self.autograde(course, seed)
+        return self.scores(course, submissions)
 
     def scores(self, course: Path, students) -> dict[str, dict[str, float]]:
         """student -> {test cell grade id: score}, read from the gradebook."""

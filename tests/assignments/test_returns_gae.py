@@ -32,15 +32,8 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def graded(course) -> dict[str, dict[str, float]]:
     """Every submission below, autograded in one nbgrader run with SEED_A."""
-    reference = ASSIGNMENT.reference_sources()
-    submissions = {"reference": reference, "stubs": {}}
-    for name, variant in {**v.WRONG, **v.CHEATS}.items():
-        submissions[name] = {**reference, **variant.cells}
-    submissions["recorder"] = v.recorder(reference, str(course / "record.pt"))
-    for student, cells in submissions.items():
-        ASSIGNMENT.submit(course, student, cells)
-    ASSIGNMENT.autograde(course, SEED_A)
-    return ASSIGNMENT.scores(course, submissions)
+    return ASSIGNMENT.grade_submissions(course, {**v.WRONG, **v.CHEATS}, lambda reference: v.recorder(reference, str(course / "record.pt")),
+                                        SEED_A)
 
 
 def test_source_notebook_is_stored_clean():

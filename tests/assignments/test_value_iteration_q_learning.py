@@ -270,15 +270,8 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def graded(course) -> dict[str, dict[str, float]]:
     """Every submission below, autograded in one nbgrader run with SEED_A."""
-    reference = ASSIGNMENT.reference_sources()
-    submissions = {"reference": reference, "stubs": {}}
-    for name, variant in {**WRONG, **CHEATS}.items():
-        submissions[name] = {**reference, **variant.cells}
-    submissions["recorder"] = recorder(reference, str(course / "record.pkl"))
-    for student, cells in submissions.items():
-        ASSIGNMENT.submit(course, student, cells)
-    ASSIGNMENT.autograde(course, SEED_A)
-    return ASSIGNMENT.scores(course, submissions)
+    return ASSIGNMENT.grade_submissions(course, {**WRONG, **CHEATS}, lambda reference: recorder(reference, str(course / "record.pkl")),
+                                        SEED_A)
 
 
 def test_source_notebook_is_stored_clean():
