@@ -19,6 +19,7 @@ HIDDEN_GAIN = math.sqrt(2)
 POLICY_GAIN = 0.01
 VALUE_GAIN = 1.0
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
 
 
 def layer_init(layer: nn.Linear, gain: float = HIDDEN_GAIN, bias: float = 0.0) -> nn.Linear:
@@ -85,6 +86,14 @@ class CategoricalPolicy(nn.Module):
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs).argmax(dim=-1)
 
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, log pi(a|s))`` with ``a ~ pi(.|s)`` (``categorical_sample``)."""
+        return categorical_sample(self(obs))
+
+    def log_prob_and_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log pi(a|s), H(pi(.|s)))``, equal to the ``Categorical`` distribution's, with gradients."""
+        return categorical_log_prob_and_entropy(self(obs), actions)
+
 
 class GaussianPolicy(nn.Module):
     """``pi(a|s) = N(mu(s), diag(sigma^2))`` with a state-independent, learned log-std per action dimension."""
@@ -104,3 +113,147 @@ class GaussianPolicy(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, log pi(a|s))`` with ``a ~ N(mu(s), sigma^2)`` (unbounded: the caller clips to the action bounds)."""
+        return gaussian_sample(self(obs), self.log_std)
+
+    def log_prob_and_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(log pi(a|s), H(pi(.|s)))``, equal to the ``distribution``'s, with gradients."""
+        return gaussian_log_prob_and_entropy(self(obs), self.log_std, actions)
+
+
+def categorical_sample(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a, log pi(a))`` with ``a ~ Categorical(logits)``, in a few elementwise operations.
+
+    Inverse-CDF sampling: the first action whose cumulative probability exceeds a uniform draw.
+    ``torch.multinomial``, behind ``Categorical.sample``, costs more than a whole small network on a
+    batch of eight. (The clamp catches a draw above a cumulative sum that rounds to just below 1.)
+    """
+    logp = torch.log_softmax(logits, dim=-1)
+    uniform = torch.rand(logp.shape[:-1] + (1,), device=logp.device)
+    actions = (logp.exp().cumsum(dim=-1) < uniform).sum(dim=-1).clamp_max(logp.shape[-1] - 1)
+    return actions, logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def categorical_log_prob_and_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log pi(a), H(pi))`` of ``Categorical(logits)``, with gradients."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(dim=-1)
+
+
+def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a, log pi(a))`` with ``a ~ N(mean, diag(exp(log_std)^2))``."""
+    actions = mean + log_std.exp() * torch.randn_like(mean)
+    return actions, gaussian_log_prob_and_entropy(mean, log_std, actions)[0]
+
+
+def gaussian_log_prob_and_entropy(mean: torch.Tensor, log_std: torch.Tensor,
+                                  actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Diagonal Gaussian log-density and entropy, each summed over the action dimensions, with gradients."""
+    z = (actions - mean) * torch.exp(-log_std)
+    logprobs = (-0.5 * z.pow(2) - log_std - HALF_LOG_TWO_PI).sum(dim=-1)
+    return logprobs, (0.5 + HALF_LOG_TWO_PI + log_std).sum().expand(mean.shape[:-1])
+
+
+class ActorCritic(nn.Module):
+    """A policy MLP and a value MLP of the same hidden sizes, with separate torsos, computed as one network.
+
+    Slice 0 of every stacked weight is the actor, slice 1 the critic: each layer is one batched matrix
+    product (``torch.baddbmm``) for both, so a forward pass costs the operations of one small MLP, not
+    two (the actor-critic's speed on a CPU is the number of operations, not their size). The result is
+    the same function as ``CategoricalPolicy`` or ``GaussianPolicy`` plus ``ValueNetwork`` with the same
+    weights (``tests/test_nets.py`` checks it), with the same initialisation: orthogonal, gain sqrt(2)
+    in hidden layers, 0.01 for the policy head and 1 for the value head. The critic's head is padded to
+    the actor's width; only its column 0 is read, so the padding gets no gradient and stays 0.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
+                 continuous: bool = False, initial_log_std: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.actor, self.critic = (mlp(obs_dim, hidden_sizes, action_dim, activation, POLICY_GAIN),
+                                   mlp(obs_dim, hidden_sizes, 1, activation, VALUE_GAIN))
+        self.layers: list[tuple[nn.Parameter, nn.Parameter]] = []  # (weight [2, in, out], bias [2, 1, out]) per layer
+        for index, (actor_layer, critic_layer) in enumerate(zip(self.actor[::2], self.critic[::2])):
+            weight, bias = torch.zeros(2, actor_layer.in_features, actor_layer.out_features), torch.zeros(2, 1, actor_layer.out_features)
+            weight[0], bias[0, 0] = actor_layer.weight.detach().T, actor_layer.bias.detach()
+            weight[1, :, :critic_layer.out_features], bias[1, 0, :critic_layer.out_features] = critic_layer.weight.detach().T, critic_layer.bias.detach()
+            self.register_parameter(f"weight{index}", nn.Parameter(weight))
+            self.register_parameter(f"bias{index}", nn.Parameter(bias))
+            self.layers.append((getattr(self, f"weight{index}"), getattr(self, f"bias{index}")))
+        del self.actor, self.critic  # only their initial weights were wanted
+        self.activation = {"tanh": torch.tanh, "relu": torch.relu}[activation]
+        self.continuous = continuous
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(initial_log_std))) if continuous else None
+
+    @classmethod
+    def for_spaces(cls, observation_space, action_space, hidden_sizes: Sequence[int] = (64, 64),
+                   activation: str = "tanh") -> "ActorCritic":
+        """A categorical policy for ``Discrete`` actions, a Gaussian one for ``Box`` actions."""
+        continuous = not hasattr(action_space, "n")
+        action_dim = int(action_space.shape[0]) if continuous else int(action_space.n)
+        return cls(int(observation_space.shape[0]), action_dim, hidden_sizes, activation, continuous)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(policy output, V(s))``: logits (or Gaussian means) ``[..., action_dim]`` and values ``[...]``."""
+        batch_shape = obs.shape[:-1]
+        hidden = obs.reshape(1, -1, obs.shape[-1]).expand(2, -1, -1)
+        for weight, bias in self.layers[:-1]:
+            hidden = self.activation(torch.baddbmm(bias, hidden, weight))
+        weight, bias = self.layers[-1]
+        out = torch.baddbmm(bias, hidden, weight)
+        return out[0].reshape(*batch_shape, -1), out[1, :, 0].reshape(batch_shape)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)[1]
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample ``a ~ pi(.|s)``; return ``(actions, log pi(a|s), V(s))`` from one forward pass."""
+        head, values = self(obs)
+        actions, logprobs = gaussian_sample(head, self.log_std) if self.continuous else categorical_sample(head)
+        return actions, logprobs, values
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log pi(a|s), entropy of pi(.|s), V(s))`` for stored observations and actions, with gradients."""
+        head, values = self(obs)
+        if self.continuous:
+            return (*gaussian_log_prob_and_entropy(head, self.log_std, actions), values)
+        return (*categorical_log_prob_and_entropy(head, actions), values)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The most probable action (the Gaussian's mean for continuous actions)."""
+        head = self(obs)[0]
+        return head if self.continuous else head.argmax(dim=-1)
+
+
+class ValueView(nn.Module):
+    """``V(s)`` of an ``ActorCritic`` as a module of its own (``TrainResult.critic``); shares its parameters."""
+
+    def __init__(self, agent: ActorCritic):
+        super().__init__()
+        self.agent = agent
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.agent.value(obs)
+
+
+def flatten_parameters(module: nn.Module) -> nn.Parameter:
+    """Move every parameter of ``module`` into one contiguous buffer; return it as a single ``Parameter``.
+
+    The module's parameters become views of that buffer, and their gradients views of its gradient
+    (autograd accumulates into an existing ``.grad`` in place), so an optimizer or a gradient clip over
+    the one flat parameter does a handful of large operations instead of a handful per layer. Call it
+    after moving the module to its device; zero gradients with ``set_to_none=False``.
+    """
+    parameters = list(module.parameters())
+    flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in parameters]))
+    flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for parameter in parameters:
+        size = parameter.numel()
+        parameter.data = flat.data[offset:offset + size].view_as(parameter)
+        parameter.grad = flat.grad[offset:offset + size].view_as(parameter)
+        offset += size
+    return flat

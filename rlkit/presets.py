@@ -13,6 +13,13 @@ PRESETS: dict[str, dict[str, dict]] = {
             exploration_fraction=0.16, end_epsilon=0.04, hidden_sizes=(256, 256),
         ),
     },
+    "a2c": {
+        # rl-baselines3-zoo's CartPole-v1 A2C (hyperparams/a2c.yml: 8 envs, 5e5 steps, ent_coef 0, SB3's defaults)
+        "CartPole-v1": dict(
+            total_steps=500_000, num_envs=8, num_steps=5, learning_rate=7e-4, lr_schedule="constant", gamma=0.99,
+            lam=1.0, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, optimizer="rmsprop", hidden_sizes=(64, 64),
+        ),
+    },
     "reinforce": {
         # untuned: the first settings tried; seeds 0-7 all reach a greedy return >= 495 (Chapter 5's note)
         "CartPole-v1": dict(

@@ -73,3 +73,12 @@ def greedy_returns(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], epi
                 running[index] = 0.0
     envs.close()
     return np.concatenate([np.array(done[:per_env]) for done in finished])[:episodes]
+
+
+SCHEDULES = ("constant", "linear")
+
+
+def scheduled(initial: float, schedule: str, progress: float) -> float:
+    """A hyperparameter's value after ``progress`` (0 to 1) of training: constant, or linear from ``initial`` to 0."""
+    require(schedule in SCHEDULES, "schedule", f"one of {SCHEDULES}", schedule)
+    return initial if schedule == "constant" else initial * (1.0 - progress)

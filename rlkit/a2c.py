@@ -1,0 +1,200 @@
+"""Advantage actor-critic, synchronous (A2C; Chapter 6).
+
+Mnih et al. (2016) introduced the asynchronous version (A3C, ``rlkit.a3c``); A2C is its synchronous twin:
+``num_envs`` copies step in lockstep for ``num_steps`` steps, and one gradient step follows from all of them
+(Wu et al., 2017, OpenAI Baselines). The critic's advantage estimate steers the policy gradient,
+
+    grad J ~ 1/N sum_{i,t} A_t grad log pi(a_t | s_t),                         (eq-actor-critic-gradient)
+
+with ``A_t`` from ``rlkit.advantages.gae``: ``lam = 1`` gives the n-step return minus the value,
+``R_t - V(s_t)`` with ``R_t = r_t + gamma r_{t+1} + ... + gamma^{n-t} V(s_n)`` (eq-n-step-advantage), and
+``lam < 1`` the exponentially weighted GAE (eq-gae). One loss trains both networks:
+
+    L = -1/N sum A_t log pi(a_t|s_t) + vf_coef * 1/N sum (V(s_t) - R_t)^2 - ent_coef * 1/N sum H(pi(.|s_t))   (eq-a2c-loss)
+
+The defaults are Stable-Baselines3's A2C (RMSprop, alpha 0.99, eps 1e-5, lr 7e-4, n_steps 5, vf_coef 0.5,
+max_grad_norm 0.5), which rl-baselines3-zoo uses for CartPole-v1 with 8 envs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from rlkit.advantages import gae
+from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
+from rlkit.nets import ACTIVATIONS, ActorCritic, ValueView, flatten_parameters
+from rlkit.presets import fill_from_preset
+from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env
+from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, require, require_discrete_actions_and_flat_obs,
+                            scheduled, seed_everything)
+
+OPTIMIZERS = ("rmsprop", "adam")
+DEFAULTS = dict(
+    total_steps=500_000, num_envs=8, num_steps=5, learning_rate=7e-4, lr_schedule="constant", gamma=0.99, lam=1.0,
+    ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5,
+    normalize_advantages=False, hidden_sizes=(64, 64), activation="tanh", batched_env=False,
+)
+
+
+@dataclass
+class A2CConfig:
+    """A2C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+
+    env_id: str = "CartPole-v1"
+    seed: int = 0
+    total_steps: int | None = None  # environment steps, all copies together
+    num_envs: int | None = None  # copies stepped in lockstep
+    num_steps: int | None = None  # steps per copy per update (the n of the n-step return)
+    learning_rate: float | None = None
+    lr_schedule: str | None = None  # "constant", or "linear" decay to 0 over training
+    gamma: float | None = None
+    lam: float | None = None  # GAE's lambda; 1.0 gives the n-step return (eq-n-step-advantage)
+    ent_coef: float | None = None  # weight of the entropy bonus
+    vf_coef: float | None = None  # weight of the value loss
+    max_grad_norm: float | None = None  # clip the global gradient norm (None: never)
+    optimizer: str | None = None  # "rmsprop" (as A3C and SB3) or "adam"
+    rmsprop_alpha: float | None = None  # RMSprop's smoothing constant
+    optimizer_eps: float | None = None
+    normalize_advantages: bool | None = None  # whiten the advantages of each update
+    hidden_sizes: tuple[int, ...] | None = None  # of both the policy and the value network (no shared layers)
+    activation: str | None = None
+    batched_env: bool | None = None  # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
+    device: str = "cpu"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        fill_from_preset(self, "a2c", DEFAULTS)
+        self.hidden_sizes = tuple(self.hidden_sizes)
+        self._validate()
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return math.ceil(self.total_steps / self.batch_size)
+
+    def _validate(self) -> None:
+        require(isinstance(self.num_envs, int) and self.num_envs >= 1, "num_envs", "an integer >= 1", self.num_envs)
+        validate_actor_critic(self)
+        require(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}", self.optimizer)
+        require(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", "in (0, 1)", self.rmsprop_alpha)
+        require(not self.normalize_advantages or self.batch_size >= 2, "normalize_advantages",
+                "False when num_envs * num_steps < 2 (whitening needs two advantages)", self.normalize_advantages)
+
+
+def validate_actor_critic(config) -> None:
+    """The checks A2C and A3C share: a ValueError naming the first bad field."""
+    for name in ("total_steps", "num_steps"):
+        value = getattr(config, name)
+        require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+    require(config.learning_rate > 0, "learning_rate", "> 0", config.learning_rate)
+    require(config.lr_schedule in SCHEDULES, "lr_schedule", f"one of {SCHEDULES}", config.lr_schedule)
+    require(0 <= config.gamma <= 1, "gamma", "in [0, 1]", config.gamma)
+    require(0 <= config.lam <= 1, "lam", "in [0, 1]", config.lam)
+    require(config.ent_coef >= 0, "ent_coef", ">= 0", config.ent_coef)
+    require(config.vf_coef >= 0, "vf_coef", ">= 0", config.vf_coef)
+    require(config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0 or None", config.max_grad_norm)
+    require(config.optimizer_eps > 0, "optimizer_eps", "> 0", config.optimizer_eps)
+    require(all(isinstance(s, int) and s >= 1 for s in config.hidden_sizes), "hidden_sizes", "positive layer sizes",
+            config.hidden_sizes)
+    require(config.activation in ACTIVATIONS, "activation", f"one of {sorted(ACTIVATIONS)}", config.activation)
+
+
+def make_optimizer(parameters, config) -> torch.optim.Optimizer:
+    """RMSprop (PyTorch's, eps outside the square root, as SB3's default) or Adam, from the config."""
+    if config.optimizer == "rmsprop":
+        return torch.optim.RMSprop(parameters, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.optimizer_eps)
+    return torch.optim.Adam(parameters, lr=config.learning_rate, eps=config.optimizer_eps)
+
+
+def a2c_loss(logprobs: torch.Tensor, entropies: torch.Tensor, values: torch.Tensor, advantages: torch.Tensor,
+             returns: torch.Tensor, ent_coef: float, vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """eq-a2c-loss: policy-gradient term (advantages held constant), value regression, entropy bonus.
+
+    Returns the loss and its three parts (as floats, for logging).
+    """
+    policy_loss = policy_gradient_loss(logprobs, advantages)
+    value_loss = F.mse_loss(values, returns)
+    entropy_bonus = entropies.mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus
+    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy_bonus.item()}
+
+
+def advantages_and_returns(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over the rollout, bootstrapping from ``V(s_n)`` after the last step (eq-gae; eq-n-step-advantage when lam = 1)."""
+    return gae(rollout.rewards, rollout.values, gamma, lam, dones=rollout.dones, last_value=rollout.last_value)
+
+
+def rollout_loss(agent: ActorCritic, rollout: Rollout, config) -> tuple[torch.Tensor, dict[str, float]]:
+    """eq-a2c-loss on one rollout, with advantages from GAE; the loss and the logged metrics (A2C and A3C)."""
+    advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
+    if config.normalize_advantages:
+        advantages = masked_whiten(advantages)
+    logprobs, entropies, values = agent.evaluate(rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1))
+    loss, metrics = a2c_loss(logprobs, entropies, values, advantages.flatten(), returns.flatten(),
+                             config.ent_coef, config.vf_coef)
+    metrics["explained_variance"] = explained_variance(rollout.values, returns).item()
+    return loss, metrics
+
+
+def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: torch.optim.Optimizer, rollout: Rollout,
+           config: A2CConfig) -> dict[str, float]:
+    """One A2C gradient step on one rollout; the logged metrics. ``flat`` holds the agent's parameters
+    (``flatten_parameters``), and ``optimizer`` steps it."""
+    loss, metrics = rollout_loss(agent, rollout, config)
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    metrics["grad_norm"] = clip_gradients(flat, config.max_grad_norm)
+    optimizer.step()
+    return metrics
+
+
+def clip_gradients(flat: torch.nn.Parameter, max_norm: float | None) -> float:
+    """Scale the gradient by ``min(1, max_norm / (||g|| + 1e-6))`` (never when None), as
+    ``torch.nn.utils.clip_grad_norm_`` does, in three operations on the flat gradient; the norm before."""
+    norm = torch.linalg.vector_norm(flat.grad)
+    if max_norm is not None:
+        flat.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm.item()
+
+
+def make_agent(config, envs) -> ActorCritic:
+    """The categorical actor-critic for ``envs`` (a ValueError naming env_id for anything but Discrete actions)."""
+    require_discrete_actions_and_flat_obs(config.env_id, envs.single_action_space, envs.single_observation_space,
+                                          "this actor-critic uses a categorical policy")
+    return ActorCritic.for_spaces(envs.single_observation_space, envs.single_action_space, config.hidden_sizes,
+                                  config.activation).to(config.device)
+
+
+def train(config: A2CConfig) -> TrainResult:
+    """Train A2C on ``config.env_id``; one history row per update. ``result.agent`` is the ``ActorCritic``."""
+    seed_everything(config.seed)
+    envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
+    agent = make_agent(config, envs)
+    flat = flatten_parameters(agent)
+    optimizer = make_optimizer([flat], config)
+    collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
+    history = []
+    for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"A2C {config.env_id}"):
+        for group in optimizer.param_groups:
+            group["lr"] = scheduled(config.learning_rate, config.lr_schedule, index / config.num_updates)
+        rollout = collector.collect()
+        row = {"step": collector.env_steps, **update(agent, flat, optimizer, rollout, config)}
+        if rollout.episode_returns:
+            row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
+        history.append(row)
+    envs.close()
+    return TrainResult(config, agent, history, critic=ValueView(agent))
+
+
+def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
+    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
+    agent, device = result.agent.eval(), result.config.device
+    return float(greedy_returns(result.config.env_id, lambda obs: agent.greedy(obs.to(device)), episodes, seed).mean())

@@ -1,0 +1,208 @@
+"""Asynchronous advantage actor-critic (A3C; Chapter 6), on ``torch.multiprocessing``.
+
+Mnih et al. (2016): ``num_workers`` processes, each with one environment, one thread and a local copy
+of the network, play ``num_steps`` steps, compute the same loss as A2C (eq-a2c-loss) on them, and apply
+their gradient to one *shared* model through one *shared* Adam, without a lock ("Hogwild!", Recht et al.,
+2011): two workers may update the same weights at once, and a worker's gradient may have been computed
+on weights that others have since changed. Then the worker copies the shared weights and goes on.
+
+What lives in shared memory (``tensor.is_shared()``): the model's parameters (one flat buffer), Adam's
+step count and both moment estimates, each worker's environment-step count and its log of finished
+episodes. Gradients stay private: each worker's shared-parameter view points at its own gradient.
+
+A3C is not reproducible bit for bit: the order in which the workers' updates land depends on the
+operating system's scheduling, so two runs with the same seed differ (Chapter 6 shows the spread).
+A worker that dies (an exception, or a signal) stops the run with a ``RuntimeError`` that names it.
+"""
+
+from __future__ import annotations
+
+import copy
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+import torch
+import torch.multiprocessing as mp
+from tqdm.auto import tqdm
+
+from rlkit.a2c import clip_gradients, make_agent, rollout_loss, validate_actor_critic
+from rlkit.nets import ActorCritic, ValueView, flatten_parameters
+from rlkit.presets import fill_from_preset
+from rlkit.rollouts import RolloutCollector, make_vector_env
+from rlkit.training import TrainResult, greedy_returns, require, scheduled
+
+DEFAULTS = dict(
+    total_steps=500_000, num_workers=2, num_steps=20, learning_rate=1e-3, lr_schedule="constant", gamma=0.99, lam=1.0,
+    ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, adam_betas=(0.9, 0.999), optimizer_eps=1e-5,
+    normalize_advantages=False, hidden_sizes=(64, 64), activation="tanh",
+)
+MAX_LOGGED_EPISODES = 100_000  # per worker
+
+
+@dataclass
+class A3CConfig:
+    """A3C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+
+    env_id: str = "CartPole-v1"
+    seed: int = 0
+    total_steps: int | None = None  # environment steps, all workers together
+    num_workers: int | None = None  # processes, each with one environment and one thread
+    num_steps: int | None = None  # steps a worker plays between two updates (the n of the n-step return)
+    learning_rate: float | None = None
+    lr_schedule: str | None = None  # "constant", or "linear" decay to 0 with the shared step count
+    gamma: float | None = None
+    lam: float | None = None  # GAE's lambda; 1.0 gives the n-step return
+    ent_coef: float | None = None
+    vf_coef: float | None = None
+    max_grad_norm: float | None = None  # clip each worker's gradient norm before it is applied
+    adam_betas: tuple[float, float] | None = None
+    optimizer_eps: float | None = None
+    normalize_advantages: bool | None = None
+    hidden_sizes: tuple[int, ...] | None = None
+    activation: str | None = None
+    device: str = "cpu"  # shared memory between processes: CPU only
+    progress: bool = False
+    timeout: float | None = None  # seconds before the run is stopped with an error (None: never)
+
+    def __post_init__(self) -> None:
+        fill_from_preset(self, "a3c", DEFAULTS)
+        self.hidden_sizes, self.adam_betas = tuple(self.hidden_sizes), tuple(self.adam_betas)
+        require(isinstance(self.num_workers, int) and self.num_workers >= 1, "num_workers", "an integer >= 1",
+                self.num_workers)
+        validate_actor_critic(self)
+        require(self.device == "cpu", "device", '"cpu" (A3C shares its model through CPU shared memory)', self.device)
+        require(len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas), "adam_betas",
+                "two numbers in [0, 1)", self.adam_betas)
+        require(not self.normalize_advantages or self.num_steps >= 2, "normalize_advantages",
+                "False when num_steps < 2 (whitening needs two advantages)", self.normalize_advantages)
+        require(self.timeout is None or self.timeout > 0, "timeout", "> 0 or None", self.timeout)
+
+
+class SharedAdam(torch.optim.Adam):
+    """Adam whose state (step count, first and second moments) is created up front in shared memory,
+    so that every worker process reads and updates the same statistics."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float], eps: float):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, foreach=False)
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                state = self.state[parameter]
+                state["step"] = torch.zeros((), dtype=torch.float32).share_memory_()
+                state["exp_avg"] = torch.zeros_like(parameter.data).share_memory_()
+                state["exp_avg_sq"] = torch.zeros_like(parameter.data).share_memory_()
+
+
+@dataclass
+class SharedRun:
+    """Everything the workers share (all tensors in shared memory)."""
+
+    flat: torch.nn.Parameter  # the shared model's parameters
+    optimizer: SharedAdam
+    worker_steps: torch.Tensor  # [num_workers], environment steps played by each worker
+    episodes: torch.Tensor  # [num_workers, MAX_LOGGED_EPISODES, 2]: (total steps when it ended, return)
+    episode_counts: torch.Tensor  # [num_workers]
+
+
+def shared_run(config: A3CConfig, agent: ActorCritic) -> SharedRun:
+    """Flatten ``agent``'s parameters into one buffer, move it and the optimizer's state to shared memory."""
+    flat = flatten_parameters(agent)
+    flat.data.share_memory_()
+    optimizer = SharedAdam([flat], config.learning_rate, config.adam_betas, config.optimizer_eps)
+    workers = config.num_workers
+    return SharedRun(flat, optimizer, torch.zeros(workers, dtype=torch.int64).share_memory_(),
+                     torch.zeros(workers, MAX_LOGGED_EPISODES, 2).share_memory_(),
+                     torch.zeros(workers, dtype=torch.int64).share_memory_())
+
+
+def run_worker(rank: int, config: A3CConfig, run: SharedRun) -> None:
+    """One worker: play, compute the loss on a local copy, apply its gradient to the shared model, copy back."""
+    torch.set_num_threads(1)
+    seed = config.seed * 1_000 + rank
+    torch.manual_seed(seed)
+    envs = make_vector_env(config.env_id, 1)
+    local = make_agent(config, envs)
+    local_flat = flatten_parameters(local)
+    local_flat.data.copy_(run.flat.data)
+    run.flat.grad = local_flat.grad  # this process's view of the shared model takes this worker's gradient
+    collector = RolloutCollector(envs, local, config.num_steps, config.gamma, seed)
+    while int(run.worker_steps.sum()) < config.total_steps:
+        progress = float(run.worker_steps.sum()) / config.total_steps
+        run.optimizer.param_groups[0]["lr"] = scheduled(config.learning_rate, config.lr_schedule, progress)
+        rollout = collector.collect()
+        loss, _ = rollout_loss(local, rollout, config)
+        local_flat.grad.zero_()
+        loss.backward()
+        clip_gradients(local_flat, config.max_grad_norm)
+        run.optimizer.step()  # Hogwild: no lock around the shared update
+        local_flat.data.copy_(run.flat.data)
+        run.worker_steps[rank] += rollout.num_transitions
+        _log_episodes(run, rank, rollout.episode_returns)
+    envs.close()
+
+
+def _log_episodes(run: SharedRun, rank: int, returns: list[float]) -> None:
+    for episode_return in returns:
+        count = int(run.episode_counts[rank])
+        if count < MAX_LOGGED_EPISODES:
+            run.episodes[rank, count] = torch.tensor([float(run.worker_steps.sum()), episode_return])
+            run.episode_counts[rank] = count + 1
+
+
+def train(config: A3CConfig) -> TrainResult:
+    """Train A3C with ``config.num_workers`` processes; one history row per finished episode, in order of
+    the total step count at which it ended. ``result.agent`` is a private copy of the shared model."""
+    torch.manual_seed(config.seed)
+    probe = make_vector_env(config.env_id, 1)
+    agent = make_agent(config, probe)  # checks the action space before any process starts
+    probe.close()
+    run = shared_run(config, agent)
+    context = mp.get_context("spawn")  # a fresh interpreter per worker: no forked thread pools
+    workers = [context.Process(target=run_worker, args=(rank, config, run), name=f"a3c-worker-{rank}", daemon=True)
+               for rank in range(config.num_workers)]
+    for worker in workers:
+        worker.start()
+    try:
+        _supervise(workers, run, config)
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+            worker.join()
+    return TrainResult(config, copy.deepcopy(agent), _history(run), critic=None)
+
+
+def _supervise(workers: list, run: SharedRun, config: A3CConfig) -> None:
+    """Wait for the workers to finish; raise as soon as one of them fails (or the timeout passes)."""
+    waited = 0.0
+    with tqdm(total=config.total_steps, disable=not config.progress, desc=f"A3C {config.env_id}") as bar:
+        while any(worker.exitcode is None for worker in workers):
+            wait([worker.sentinel for worker in workers if worker.exitcode is None], timeout=0.2)
+            waited += 0.2
+            for rank, worker in enumerate(workers):
+                if worker.exitcode not in (None, 0):
+                    raise RuntimeError(f"A3C worker {rank} ({worker.name}, pid {worker.pid}) {_describe(worker.exitcode)}; "
+                                       "the other workers were stopped")
+            bar.n = min(int(run.worker_steps.sum()), config.total_steps)
+            bar.refresh()
+            if config.timeout is not None and waited > config.timeout:
+                raise RuntimeError(f"A3C did not finish within timeout={config.timeout} s "
+                                   f"({int(run.worker_steps.sum())} of {config.total_steps} steps played)")
+
+
+def _describe(exitcode: int) -> str:
+    if exitcode < 0:
+        return f"was killed by signal {signal.Signals(-exitcode).name}"
+    return f"exited with code {exitcode} (its traceback is printed above)"
+
+
+def _history(run: SharedRun) -> list[dict[str, float]]:
+    rows = [(float(step), float(episode_return)) for rank in range(run.episodes.shape[0])
+            for step, episode_return in run.episodes[rank, : int(run.episode_counts[rank])].tolist()]
+    return [{"step": step, "episode_return": episode_return} for step, episode_return in sorted(rows)]
+
+
+def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
+    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
+    agent = result.agent.eval()
+    return float(greedy_returns(result.config.env_id, agent.greedy, episodes, seed).mean())
