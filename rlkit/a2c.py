@@ -183,10 +183,11 @@ def train(config: A2CConfig) -> TrainResult:
     collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
     history = []
     for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"A2C {config.env_id}"):
+        learning_rate = scheduled(config.learning_rate, config.lr_schedule, index / config.num_updates)
         for group in optimizer.param_groups:
-            group["lr"] = scheduled(config.learning_rate, config.lr_schedule, index / config.num_updates)
+            group["lr"] = learning_rate
         rollout = collector.collect()
-        row = {"step": collector.env_steps, **update(agent, flat, optimizer, rollout, config)}
+        row = {"step": collector.env_steps, "learning_rate": learning_rate, **update(agent, flat, optimizer, rollout, config)}
         if rollout.episode_returns:
             row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
         history.append(row)

@@ -1,0 +1,150 @@
+"""A2C: the loss and the n-step advantages against hand loops, the update against SB3's recipe, bad input."""
+
+import copy
+
+import pytest
+import torch
+
+from rlkit.a2c import (A2CConfig, a2c_loss, advantages_and_returns, clip_gradients, make_agent, make_optimizer,
+                       rollout_loss, train, update)
+from rlkit.nets import flatten_parameters
+from rlkit.rollouts import RolloutCollector, make_vector_env
+
+
+def hand_n_step(rewards, values, dones, last_value, gamma):
+    """R_t = r_t + gamma R_{t+1}, R_n = V(s_n), cut at episode ends: the n-step return, one step at a time."""
+    returns = torch.zeros_like(rewards)
+    for row in range(rewards.shape[0]):
+        following = last_value[row].item()
+        for t in reversed(range(rewards.shape[1])):
+            following = rewards[row, t].item() + gamma * (1.0 - dones[row, t].item()) * following
+            returns[row, t] = following
+    return returns - values, returns
+
+
+def small_setup(seed=0, **overrides):
+    config = A2CConfig(seed=seed, total_steps=400, num_envs=4, num_steps=6, batched_env=False, **overrides)
+    torch.manual_seed(seed)
+    envs = make_vector_env(config.env_id, config.num_envs)
+    agent = make_agent(config, envs)
+    return config, envs, agent, RolloutCollector(envs, agent, config.num_steps, config.gamma, seed)
+
+
+def test_advantages_with_lam_1_are_n_step_returns_minus_values():
+    config, _, _, collector = small_setup()
+    for _ in range(30):  # until a rollout holds an episode end
+        rollout = collector.collect()
+        if rollout.dones.any():
+            break
+    assert rollout.dones.any()
+    advantages, returns = advantages_and_returns(rollout, config.gamma, 1.0)
+    expected_advantages, expected_returns = hand_n_step(rollout.rewards, rollout.values, rollout.dones,
+                                                        rollout.last_value, config.gamma)
+    torch.testing.assert_close(returns, expected_returns)
+    torch.testing.assert_close(advantages, expected_advantages)
+
+
+def test_a2c_loss_against_a_hand_computation():
+    torch.manual_seed(0)
+    logits, actions = torch.randn(10, 3, requires_grad=True), torch.randint(0, 3, (10,))
+    values, advantages, returns = torch.randn(10, requires_grad=True), torch.randn(10), torch.randn(10)
+    logp = torch.log_softmax(logits, -1)
+    logprobs = logp.gather(1, actions[:, None]).squeeze(1)
+    entropies = -(logp.exp() * logp).sum(-1)
+    loss, parts = a2c_loss(logprobs, entropies, values, advantages, returns, ent_coef=0.01, vf_coef=0.5)
+    expected = 0.0
+    for i in range(10):
+        expected += (-advantages[i] * logprobs[i] + 0.5 * (values[i] - returns[i]) ** 2 - 0.01 * entropies[i]) / 10
+    torch.testing.assert_close(loss, expected)
+    assert parts["value_loss"] == pytest.approx(((values - returns) ** 2).mean().item())
+    loss.backward()  # the advantages are constants: the policy term sends no gradient to the value
+    value_gradient_from_value_loss = (values - returns).detach() / 10
+    torch.testing.assert_close(values.grad, value_gradient_from_value_loss)
+
+
+def test_clip_gradients_matches_torch_clip_grad_norm():
+    torch.manual_seed(0)
+    for max_norm in (0.5, 1e6, None):
+        reference = torch.nn.Parameter(torch.randn(50))
+        reference.grad = torch.randn(50) * 3
+        flat = copy.deepcopy(reference)
+        flat.grad = reference.grad.clone()
+        expected = torch.nn.utils.clip_grad_norm_([reference], float("inf") if max_norm is None else max_norm)
+        assert clip_gradients(flat, max_norm) == pytest.approx(expected.item())
+        torch.testing.assert_close(flat.grad, reference.grad)
+
+
+def test_update_equals_the_recipe_written_out_on_separate_parameters():
+    """One A2C step with the flat-parameter machinery equals RMSprop + clip_grad_norm_ on ordinary parameters."""
+    config, _, agent, collector = small_setup(ent_coef=0.01)
+    rollout = collector.collect()
+    reference = copy.deepcopy(agent)
+    reference_optimizer = torch.optim.RMSprop(reference.parameters(), lr=config.learning_rate, alpha=config.rmsprop_alpha,
+                                              eps=config.optimizer_eps)
+    loss, _ = rollout_loss(reference, rollout, config)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), config.max_grad_norm)
+    reference_optimizer.step()
+    flat = flatten_parameters(agent)
+    update(agent, flat, make_optimizer([flat], config), rollout, config)
+    for ours, theirs in zip(agent.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_same_seed_same_numbers_and_history_columns():
+    first = train(A2CConfig(seed=3, total_steps=2_000))
+    second = train(A2CConfig(seed=3, total_steps=2_000))
+    other = train(A2CConfig(seed=4, total_steps=2_000))
+    for a, b in zip(first.agent.parameters(), second.agent.parameters()):
+        assert torch.equal(a, b)
+    assert not all(torch.equal(a, b) for a, b in zip(first.agent.parameters(), other.agent.parameters()))
+    assert len(first.history) == 50 and first.history[-1]["step"] == 2_000
+    assert {"policy_loss", "value_loss", "entropy", "explained_variance", "grad_norm"} <= set(first.history[0])
+    obs = torch.randn(3, 4)
+    torch.testing.assert_close(first.critic(obs), first.agent.value(obs))
+
+
+def test_linear_learning_rate_schedule_decays_to_zero():
+    config = A2CConfig(seed=0, total_steps=400, lr_schedule="linear", optimizer="adam", learning_rate=1e-3)
+    assert config.num_updates == 10
+    rates = train(config).column("learning_rate")
+    torch.testing.assert_close(torch.tensor(rates), torch.tensor([1e-3 * (1 - k / 10) for k in range(10)], dtype=torch.float64))
+    assert set(train(A2CConfig(seed=0, total_steps=400)).column("learning_rate")) == {7e-4}
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("total_steps", 0, "total_steps must be an integer >= 1"),
+    ("num_envs", 0, "num_envs must be an integer >= 1"),
+    ("num_envs", -2, "num_envs must be an integer >= 1"),
+    ("num_steps", 0, "num_steps must be an integer >= 1"),
+    ("num_steps", 2.5, "num_steps must be an integer >= 1"),
+    ("learning_rate", 0.0, "learning_rate must be > 0"),
+    ("gamma", 1.5, "gamma must be in"),
+    ("lam", -0.1, "lam must be in"),
+    ("ent_coef", -0.01, "ent_coef must be >= 0"),
+    ("vf_coef", -1.0, "vf_coef must be >= 0"),
+    ("max_grad_norm", 0.0, "max_grad_norm must be > 0 or None"),
+    ("optimizer", "sgd", "optimizer must be one of"),
+    ("lr_schedule", "cosine", "lr_schedule must be one of"),
+    ("rmsprop_alpha", 1.0, "rmsprop_alpha must be in"),
+    ("activation", "gelu", "activation must be one of"),
+    ("hidden_sizes", (64, 0), "hidden_sizes must be positive layer sizes"),
+])
+def test_bad_configs_raise_naming_the_field(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        A2CConfig(**{field: value})
+
+
+def test_continuous_or_unknown_envs_raise_naming_env_id():
+    with pytest.raises(ValueError, match=r"env_id must be an environment with Discrete actions"):
+        train(A2CConfig(env_id="Pendulum-v1", total_steps=100))
+    with pytest.raises(ValueError, match="env_id must be a registered gymnasium environment"):
+        train(A2CConfig(env_id="NoSuchEnv-v0", total_steps=100))
+    with pytest.raises(ValueError, match="batched_env must be False for 'Acrobot-v1'"):
+        train(A2CConfig(env_id="Acrobot-v1", total_steps=100, batched_env=True))
+
+
+def test_presets_fill_only_the_fields_left_out():
+    config = A2CConfig(learning_rate=1e-3)
+    assert config.learning_rate == 1e-3 and config.num_envs == 8 and config.num_steps == 5 and config.batched_env
+    assert A2CConfig(env_id="Acrobot-v1").batched_env is False  # no preset: the defaults

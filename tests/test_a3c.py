@@ -1,0 +1,118 @@
+"""A3C: what lives in shared memory, Hogwild updates reaching the shared model, a dead worker, bad input."""
+
+import os
+import signal
+import threading
+import time
+
+import multiprocessing
+import pytest
+import torch
+
+from rlkit.a3c import A3CConfig, SharedAdam, shared_run, train
+from rlkit.a2c import make_agent
+from rlkit.rollouts import make_vector_env
+
+
+def small_config(**overrides):
+    settings = dict(seed=0, total_steps=4_000, num_workers=2, num_steps=10)
+    settings.update(overrides)
+    return A3CConfig(**settings)
+
+
+def test_model_and_every_optimizer_statistic_live_in_shared_memory():
+    config = small_config()
+    agent = make_agent(config, make_vector_env(config.env_id, 1))
+    run = shared_run(config, agent)
+    assert run.flat.is_shared()
+    assert all(parameter.is_shared() for parameter in agent.parameters())  # the module's views follow the buffer
+    state = run.optimizer.state[run.flat]
+    assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
+    for name in ("step", "exp_avg", "exp_avg_sq"):
+        assert state[name].is_shared(), name
+    assert run.worker_steps.is_shared() and run.episodes.is_shared() and run.episode_counts.is_shared()
+
+
+def test_shared_adam_keeps_its_shared_state_through_steps():
+    """torch's Adam must use the state made up front (not replace it): one step, same tensors, updated in place."""
+    parameter = torch.nn.Parameter(torch.ones(3))
+    parameter.data.share_memory_()
+    optimizer = SharedAdam([parameter], lr=0.1, betas=(0.9, 0.999), eps=1e-8)
+    state = optimizer.state[parameter]
+    before = {name: tensor.data_ptr() for name, tensor in state.items()}
+    parameter.grad = torch.tensor([1.0, -1.0, 0.5])
+    optimizer.step()
+    optimizer.step()
+    assert {name: tensor.data_ptr() for name, tensor in optimizer.state[parameter].items()} == before
+    assert state["step"].item() == 2 and all(tensor.is_shared() for tensor in state.values())
+    reference = torch.nn.Parameter(torch.ones(3))
+    reference_optimizer = torch.optim.Adam([reference], lr=0.1, betas=(0.9, 0.999), eps=1e-8)
+    for _ in range(2):
+        reference.grad = torch.tensor([1.0, -1.0, 0.5])
+        reference_optimizer.step()
+    torch.testing.assert_close(parameter.detach(), reference.detach())
+
+
+def test_workers_train_the_shared_model_and_log_their_episodes():
+    config = small_config()
+    torch.manual_seed(config.seed)
+    initial = make_agent(config, make_vector_env(config.env_id, 1)).state_dict()
+    result = train(config)
+    assert any(not torch.equal(initial[name], tensor) for name, tensor in result.agent.state_dict().items())
+    assert not any(parameter.is_shared() for parameter in result.agent.parameters())  # a private copy
+    steps = result.column("step")
+    assert len(steps) > 20 and (steps[1:] >= steps[:-1]).all() and steps[-1] <= config.total_steps + 2 * config.num_steps
+    assert (result.column("episode_return") >= 8).all()  # CartPole episodes last at least 8 steps
+
+
+def test_a_killed_worker_stops_the_run_with_an_error_naming_it():
+    outcome = {}
+
+    def run():
+        try:
+            train(small_config(total_steps=10_000_000))
+        except RuntimeError as error:
+            outcome["error"] = str(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workers = [child for child in multiprocessing.active_children() if child.name == "a3c-worker-1"]
+        if workers:
+            break
+        time.sleep(0.05)
+    assert workers, "worker 1 never started"
+    time.sleep(1.0)  # let it get going
+    os.kill(workers[0].pid, signal.SIGKILL)
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "train() hung after a worker died"
+    assert "A3C worker 1 (a3c-worker-1" in outcome["error"] and "SIGKILL" in outcome["error"]
+    assert not [child for child in multiprocessing.active_children() if child.name.startswith("a3c-worker")]
+
+
+def test_timeout_stops_the_run_with_a_clear_error():
+    with pytest.raises(RuntimeError, match=r"A3C did not finish within timeout=0.5 s"):
+        train(small_config(total_steps=10_000_000, timeout=0.5))
+    assert not [child for child in multiprocessing.active_children() if child.name.startswith("a3c-worker")]
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("num_workers", 0, "num_workers must be an integer >= 1"),
+    ("num_workers", -1, "num_workers must be an integer >= 1"),
+    ("num_steps", 0, "num_steps must be an integer >= 1"),
+    ("total_steps", 0, "total_steps must be an integer >= 1"),
+    ("learning_rate", -1e-3, "learning_rate must be > 0"),
+    ("device", "cuda", "device must be \"cpu\""),
+    ("adam_betas", (0.9, 1.0), "adam_betas must be two numbers"),
+    ("timeout", 0, "timeout must be > 0 or None"),
+])
+def test_bad_configs_raise_naming_the_field(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        A3CConfig(**{field: value})
+
+
+def test_a_continuous_env_is_refused_before_any_worker_starts():
+    with pytest.raises(ValueError, match="env_id must be an environment with Discrete actions"):
+        train(A3CConfig(env_id="Pendulum-v1", total_steps=100))
+    assert not multiprocessing.active_children()
