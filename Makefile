@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[book,dev]" -c constraints.txt
+	$(BIN)/python -m pip install -q -e ".[book,dev,bench]" -c constraints.txt
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -61,7 +61,7 @@ test:
 		"assignments (nbgrader)=$(BIN)/python -m pytest -m assignments -q" \
 		"book build, notebooks executed (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(BIN)/python -m pytest -m book -q" \
-		"gae benchmark=$(BIN)/python bench/gae.py --rounds 3"
+		"benchmarks (gae, A2C vs SB3, A3C scaling)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 3'"
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
@@ -76,8 +76,11 @@ assignments: $(STAMP)
 	done
 	@echo "Student release written to notebooks/assignments/release/"
 
+BENCH_FLAGS ?=
 bench: $(STAMP)
-	$(BIN)/python bench/gae.py
+	$(BIN)/python bench/gae.py $(BENCH_FLAGS)
+	$(BIN)/python bench/a2c_sb3.py $(BENCH_FLAGS)
+	$(BIN)/python bench/a3c_scaling.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf _build notebooks/assignments/release

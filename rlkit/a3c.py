@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import signal
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
@@ -100,7 +101,7 @@ class SharedRun:
     flat: torch.nn.Parameter  # the shared model's parameters
     optimizer: SharedAdam
     worker_steps: torch.Tensor  # [num_workers], environment steps played by each worker
-    episodes: torch.Tensor  # [num_workers, MAX_LOGGED_EPISODES, 2]: (total steps when it ended, return)
+    episodes: torch.Tensor  # [num_workers, MAX_LOGGED_EPISODES, 3]: (total steps, return, time.time()) at its end
     episode_counts: torch.Tensor  # [num_workers]
 
 
@@ -111,7 +112,7 @@ def shared_run(config: A3CConfig, agent: ActorCritic) -> SharedRun:
     optimizer = SharedAdam([flat], config.learning_rate, config.adam_betas, config.optimizer_eps)
     workers = config.num_workers
     return SharedRun(flat, optimizer, torch.zeros(workers, dtype=torch.int64).share_memory_(),
-                     torch.zeros(workers, MAX_LOGGED_EPISODES, 2).share_memory_(),
+                     torch.zeros(workers, MAX_LOGGED_EPISODES, 3, dtype=torch.float64).share_memory_(),
                      torch.zeros(workers, dtype=torch.int64).share_memory_())
 
 
@@ -145,18 +146,21 @@ def _log_episodes(run: SharedRun, rank: int, returns: list[float]) -> None:
     for episode_return in returns:
         count = int(run.episode_counts[rank])
         if count < MAX_LOGGED_EPISODES:
-            run.episodes[rank, count] = torch.tensor([float(run.worker_steps.sum()), episode_return])
+            run.episodes[rank, count] = torch.tensor([float(run.worker_steps.sum()), episode_return, time.time()],
+                                                     dtype=torch.float64)
             run.episode_counts[rank] = count + 1
 
 
 def train(config: A3CConfig) -> TrainResult:
     """Train A3C with ``config.num_workers`` processes; one history row per finished episode, in order of
-    the total step count at which it ended. ``result.agent`` is a private copy of the shared model."""
+    the total step count at which it ended (with the wall-clock ``time`` since the start, so throughput can
+    be read without the processes' start-up). ``result.agent`` is a private copy of the shared model."""
     torch.manual_seed(config.seed)
     probe = make_vector_env(config.env_id, 1)
     agent = make_agent(config, probe)  # checks the action space before any process starts
     probe.close()
     run = shared_run(config, agent)
+    started = time.time()
     context = mp.get_context("spawn")  # a fresh interpreter per worker: no forked thread pools
     workers = [context.Process(target=run_worker, args=(rank, config, run), name=f"a3c-worker-{rank}", daemon=True)
                for rank in range(config.num_workers)]
@@ -169,7 +173,7 @@ def train(config: A3CConfig) -> TrainResult:
             if worker.is_alive():
                 worker.kill()
             worker.join()
-    return TrainResult(config, copy.deepcopy(agent), _history(run), critic=None)
+    return TrainResult(config, copy.deepcopy(agent), _history(run, started), critic=None)
 
 
 def _supervise(workers: list, run: SharedRun, config: A3CConfig) -> None:
@@ -196,10 +200,11 @@ def _describe(exitcode: int) -> str:
     return f"exited with code {exitcode} (its traceback is printed above)"
 
 
-def _history(run: SharedRun) -> list[dict[str, float]]:
-    rows = [(float(step), float(episode_return)) for rank in range(run.episodes.shape[0])
-            for step, episode_return in run.episodes[rank, : int(run.episode_counts[rank])].tolist()]
-    return [{"step": step, "episode_return": episode_return} for step, episode_return in sorted(rows)]
+def _history(run: SharedRun, started: float) -> list[dict[str, float]]:
+    """One row per logged episode, by total step count: step, return, and seconds since ``train`` began."""
+    rows = [row for rank in range(run.episodes.shape[0]) for row in run.episodes[rank, : int(run.episode_counts[rank])].tolist()]
+    return [{"step": step, "episode_return": episode_return, "time": moment - started}
+            for step, episode_return, moment in sorted(rows)]
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
