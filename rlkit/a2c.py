@@ -123,7 +123,9 @@ def a2c_loss(logprobs: torch.Tensor, entropies: torch.Tensor, values: torch.Tens
     policy_loss = policy_gradient_loss(logprobs, advantages)
     value_loss = F.mse_loss(values, returns)
     entropy_bonus = entropies.mean()
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus
+    loss = policy_loss + vf_coef * value_loss
+    if ent_coef:  # with ent_coef = 0 the backward pass skips the entropy's graph
+        loss = loss - ent_coef * entropy_bonus
     return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy_bonus.item()}
 
 

@@ -120,12 +120,17 @@ def gae(
         bootstrap = torch.zeros_like(values[:, :1]) if last_value is None else last_value.detach().to(rewards.dtype)[:, None]
         next_values = torch.cat([values[:, 1:], bootstrap], dim=1)
         ends = torch.zeros_like(rewards) if dones is None else dones.to(rewards.dtype)
-        valid = torch.ones_like(rewards) if mask is None else mask.to(rewards.dtype)
         if mask is not None:  # the last valid token before padding ends its episode
+            valid = mask.to(rewards.dtype)
             next_valid = torch.cat([valid[:, 1:], torch.ones_like(valid[:, :1])], dim=1)
             ends = torch.maximum(ends, valid * (1.0 - next_valid))
         not_done = 1.0 - ends
-        deltas = (rewards + gamma * not_done * next_values - values) * valid
-        advantages = reverse_linear_scan(deltas, gamma * lam * not_done * valid)
-        returns = (advantages + values) * valid
+        deltas = rewards + gamma * not_done * next_values - values
+        discounts = (gamma * lam) * not_done
+        if mask is not None:
+            deltas, discounts = deltas * valid, discounts * valid
+        advantages = reverse_linear_scan(deltas, discounts)
+        returns = advantages + values
+        if mask is not None:
+            returns = returns * valid
     return advantages, returns
