@@ -13,6 +13,8 @@ episodes. Gradients stay private: each worker's shared-parameter view points at 
 A3C is not reproducible bit for bit: the order in which the workers' updates land depends on the
 operating system's scheduling, so two runs with the same seed differ (Chapter 6 shows the spread).
 A worker that dies (an exception, or a signal) stops the run with a ``RuntimeError`` that names it.
+Workers are *spawned* (fresh interpreters), so an environment of your own must be registered in an
+importable module (Gymnasium's ``"my_package.envs:MyEnv-v0"`` form of ``env_id`` imports it first).
 """
 
 from __future__ import annotations
@@ -173,23 +175,23 @@ def train(config: A3CConfig) -> TrainResult:
             if worker.is_alive():
                 worker.kill()
             worker.join()
-    return TrainResult(config, copy.deepcopy(agent), _history(run, started), critic=None)
+    private = copy.deepcopy(agent)
+    return TrainResult(config, private, _history(run, started), critic=ValueView(private))
 
 
 def _supervise(workers: list, run: SharedRun, config: A3CConfig) -> None:
     """Wait for the workers to finish; raise as soon as one of them fails (or the timeout passes)."""
-    waited = 0.0
+    started = time.monotonic()
     with tqdm(total=config.total_steps, disable=not config.progress, desc=f"A3C {config.env_id}") as bar:
         while any(worker.exitcode is None for worker in workers):
             wait([worker.sentinel for worker in workers if worker.exitcode is None], timeout=0.2)
-            waited += 0.2
             for rank, worker in enumerate(workers):
                 if worker.exitcode not in (None, 0):
                     raise RuntimeError(f"A3C worker {rank} ({worker.name}, pid {worker.pid}) {_describe(worker.exitcode)}; "
                                        "the other workers were stopped")
             bar.n = min(int(run.worker_steps.sum()), config.total_steps)
             bar.refresh()
-            if config.timeout is not None and waited > config.timeout:
+            if config.timeout is not None and time.monotonic() - started > config.timeout:
                 raise RuntimeError(f"A3C did not finish within timeout={config.timeout} s "
                                    f"({int(run.worker_steps.sum())} of {config.total_steps} steps played)")
 

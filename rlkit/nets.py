@@ -198,13 +198,15 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(policy output, V(s))``: logits (or Gaussian means) ``[..., action_dim]`` and values ``[...]``."""
-        batch_shape = obs.shape[:-1]
-        hidden = obs.reshape(1, -1, obs.shape[-1]).expand(2, -1, -1)
+        hidden = (obs if obs.dim() == 2 else obs.reshape(-1, obs.shape[-1])).expand(2, -1, -1)
         for weight, bias in self.layers[:-1]:
             hidden = self.activation(torch.baddbmm(bias, hidden, weight))
         weight, bias = self.layers[-1]
         out = torch.baddbmm(bias, hidden, weight)
-        return out[0].reshape(*batch_shape, -1), out[1, :, 0].reshape(batch_shape)
+        head, values = out[0], out[1, :, 0]
+        if obs.dim() != 2:
+            head, values = head.reshape(*obs.shape[:-1], -1), values.reshape(obs.shape[:-1])
+        return head, values
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs)[1]
