@@ -12,9 +12,10 @@ episodes. Gradients stay private: each worker's shared-parameter view points at 
 
 A3C is not reproducible bit for bit: the order in which the workers' updates land depends on the
 operating system's scheduling, so two runs with the same seed differ (Chapter 6 shows the spread).
-A worker that dies (an exception, or a signal) stops the run with a ``RuntimeError`` that names it.
-Workers are *spawned* (fresh interpreters), so an environment of your own must be registered in an
-importable module (Gymnasium's ``"my_package.envs:MyEnv-v0"`` form of ``env_id`` imports it first).
+A worker that dies (an exception, or a signal) stops the run with a ``RuntimeError`` that names it
+(and carries its traceback, when it raised one).
+Workers start from a fork server (or are spawned), not forked from the caller, so an environment of
+your own must be registered in an importable module (Gymnasium's ``"my_package.envs:MyEnv-v0"`` form of ``env_id`` imports it first).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import copy
 import signal
 import time
+import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
@@ -118,7 +120,16 @@ def shared_run(config: A3CConfig, agent: ActorCritic) -> SharedRun:
                      torch.zeros(workers, dtype=torch.int64).share_memory_())
 
 
-def run_worker(rank: int, config: A3CConfig, run: SharedRun) -> None:
+def run_worker(rank: int, config: A3CConfig, run: SharedRun, errors) -> None:
+    """A worker process: ``worker_loop``, with any exception's traceback sent to the main process first."""
+    try:
+        worker_loop(rank, config, run)
+    except BaseException:
+        errors.put((rank, traceback.format_exc()))
+        raise
+
+
+def worker_loop(rank: int, config: A3CConfig, run: SharedRun) -> None:
     """One worker: play, compute the loss on a local copy, apply its gradient to the shared model, copy back."""
     torch.set_num_threads(1)
     seed = config.seed * 1_000 + rank
@@ -163,13 +174,14 @@ def train(config: A3CConfig) -> TrainResult:
     probe.close()
     run = shared_run(config, agent)
     started = time.time()
-    context = mp.get_context("spawn")  # a fresh interpreter per worker: no forked thread pools
-    workers = [context.Process(target=run_worker, args=(rank, config, run), name=f"a3c-worker-{rank}", daemon=True)
-               for rank in range(config.num_workers)]
+    context = worker_context()
+    errors = context.SimpleQueue()
+    workers = [context.Process(target=run_worker, args=(rank, config, run, errors), name=f"a3c-worker-{rank}",
+                               daemon=True) for rank in range(config.num_workers)]
     for worker in workers:
         worker.start()
     try:
-        _supervise(workers, run, config)
+        _supervise(workers, run, config, errors)
     finally:
         for worker in workers:
             if worker.is_alive():
@@ -179,7 +191,20 @@ def train(config: A3CConfig) -> TrainResult:
     return TrainResult(config, private, _history(run, started), critic=ValueView(private))
 
 
-def _supervise(workers: list, run: SharedRun, config: A3CConfig) -> None:
+def worker_context():
+    """Processes started from a fork server that has imported rlkit once (spawn where there is none).
+
+    Never a plain fork of this process: its thread pools (torch's, a notebook's) do not survive one.
+    A fresh ``spawn`` interpreter would import torch again for every worker of every run, seconds each.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(["rlkit.a3c", "torch._dynamo"])  # the optimizer's first step imports the latter
+    return context
+
+
+def _supervise(workers: list, run: SharedRun, config: A3CConfig, errors) -> None:
     """Wait for the workers to finish; raise as soon as one of them fails (or the timeout passes)."""
     started = time.monotonic()
     with tqdm(total=config.total_steps, disable=not config.progress, desc=f"A3C {config.env_id}") as bar:
@@ -188,7 +213,7 @@ def _supervise(workers: list, run: SharedRun, config: A3CConfig) -> None:
             for rank, worker in enumerate(workers):
                 if worker.exitcode not in (None, 0):
                     raise RuntimeError(f"A3C worker {rank} ({worker.name}, pid {worker.pid}) {_describe(worker.exitcode)}; "
-                                       "the other workers were stopped")
+                                       f"the other workers were stopped{_traceback_of(rank, errors)}")
             bar.n = min(int(run.worker_steps.sum()), config.total_steps)
             bar.refresh()
             if config.timeout is not None and time.monotonic() - started > config.timeout:
@@ -199,7 +224,16 @@ def _supervise(workers: list, run: SharedRun, config: A3CConfig) -> None:
 def _describe(exitcode: int) -> str:
     if exitcode < 0:
         return f"was killed by signal {signal.Signals(-exitcode).name}"
-    return f"exited with code {exitcode} (its traceback is printed above)"
+    return f"exited with code {exitcode}"
+
+
+def _traceback_of(rank: int, errors) -> str:
+    """The failed worker's traceback, when it had the chance to send one (a killed worker has none)."""
+    while not errors.empty():
+        sender, text = errors.get()
+        if sender == rank:
+            return f". Its traceback:\n{text}"
+    return ""
 
 
 def _history(run: SharedRun, started: float) -> list[dict[str, float]]:

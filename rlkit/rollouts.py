@@ -16,6 +16,7 @@ call, the observation returned is the new episode's first one, and the true fina
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -58,8 +59,10 @@ def make_vector_env(env_id: str, num_envs: int, batched: bool = False, env_kwarg
                 batched)
         return BATCHED_ENVS[env_id](num_envs, **(env_kwargs or {}))
     try:
-        gym.spec(env_id)
-    except gym.error.Error as error:
+        if ":" in env_id:  # "module:EnvId-v0": Gymnasium imports the module, which registers the env
+            importlib.import_module(env_id.split(":")[0])
+        gym.spec(env_id.split(":")[-1])
+    except (gym.error.Error, ImportError) as error:
         raise ValueError(f"env_id must be a registered gymnasium environment, got {env_id!r} ({error})") from None
     return gym.vector.SyncVectorEnv([lambda: gym.make(env_id, **(env_kwargs or {})) for _ in range(num_envs)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

@@ -91,6 +91,14 @@ def test_a_killed_worker_stops_the_run_with_an_error_naming_it():
     assert not [child for child in multiprocessing.active_children() if child.name.startswith("a3c-worker")]
 
 
+def test_a_worker_that_raises_stops_the_run_with_its_traceback():
+    config = small_config(env_id="tests.crashing_env:rlkit-test/CrashingCartPole-v0", total_steps=100_000, timeout=120)
+    with pytest.raises(RuntimeError, match=r"A3C worker [01] \(a3c-worker-[01], pid \d+\) exited with code 1") as error:
+        train(config)
+    assert "FloatingPointError: simulated failure inside the environment at step 30" in str(error.value)
+    assert not [child for child in multiprocessing.active_children() if child.name.startswith("a3c-worker")]
+
+
 def test_timeout_stops_the_run_with_a_clear_error():
     with pytest.raises(RuntimeError, match=r"A3C did not finish within timeout=0.5 s"):
         train(small_config(total_steps=10_000_000, timeout=0.5))

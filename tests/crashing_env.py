@@ -1,0 +1,24 @@
+"""An environment that raises on its 30th step, for the A3C test of a worker that fails with an exception.
+
+Registered on import, so an ``env_id`` of ``"tests.crashing_env:rlkit-test/CrashingCartPole-v0"`` reaches
+worker processes (Gymnasium imports the module named before the colon).
+"""
+
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class CrashingCartPole(CartPoleEnv):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.steps_taken = 0
+
+    def step(self, action):
+        self.steps_taken += 1
+        if self.steps_taken == 30:
+            raise FloatingPointError("simulated failure inside the environment at step 30")
+        return super().step(action)
+
+
+if "rlkit-test/CrashingCartPole-v0" not in gym.registry:
+    gym.register(id="rlkit-test/CrashingCartPole-v0", entry_point=CrashingCartPole, max_episode_steps=500)
