@@ -30,8 +30,8 @@ from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
 from rlkit.nets import ACTIVATIONS, ActorCritic, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env
-from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, require, require_discrete_actions_and_flat_obs,
-                            scheduled, seed_everything)
+from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_number, require, require_device,
+                            require_discrete_actions_and_flat_obs, require_sequence, scheduled, seed_everything)
 
 OPTIMIZERS = ("rmsprop", "adam")
 DEFAULTS = dict(
@@ -56,7 +56,7 @@ class A2CConfig:
     lam: float | None = None  # GAE's lambda; 1.0 gives the n-step return (eq-n-step-advantage)
     ent_coef: float | None = None  # weight of the entropy bonus
     vf_coef: float | None = None  # weight of the value loss
-    max_grad_norm: float | None = None  # clip the global gradient norm (None: never)
+    max_grad_norm: float | None = None  # clip the global gradient norm (math.inf: never)
     optimizer: str | None = None  # "rmsprop" (as A3C and SB3) or "adam"
     rmsprop_alpha: float | None = None  # RMSprop's smoothing constant
     optimizer_eps: float | None = None
@@ -69,7 +69,7 @@ class A2CConfig:
 
     def __post_init__(self) -> None:
         fill_from_preset(self, "a2c", DEFAULTS)
-        self.hidden_sizes = tuple(self.hidden_sizes)
+        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
         self._validate()
 
     @property
@@ -81,26 +81,33 @@ class A2CConfig:
         return math.ceil(self.total_steps / self.batch_size)
 
     def _validate(self) -> None:
-        require(isinstance(self.num_envs, int) and self.num_envs >= 1, "num_envs", "an integer >= 1", self.num_envs)
+        require(is_count(self.num_envs), "num_envs", "an integer >= 1", self.num_envs)
+        require(isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env)
         validate_actor_critic(self)
         require(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}", self.optimizer)
-        require(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", "in (0, 1)", self.rmsprop_alpha)
+        require(is_number(self.rmsprop_alpha) and 0 < self.rmsprop_alpha < 1, "rmsprop_alpha", "in (0, 1)", self.rmsprop_alpha)
         require(not self.normalize_advantages or self.batch_size >= 2, "normalize_advantages",
                 "False when num_envs * num_steps < 2 (whitening needs two advantages)", self.normalize_advantages)
 
 
 def validate_actor_critic(config) -> None:
     """The checks A2C and A3C share: a ValueError naming the first bad field."""
+    require(isinstance(config.seed, int) and not isinstance(config.seed, bool), "seed", "an integer", config.seed)
     for name in ("total_steps", "num_steps"):
-        value = getattr(config, name)
-        require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+        require(is_count(getattr(config, name)), name, "an integer >= 1", getattr(config, name))
+    for name in ("learning_rate", "gamma", "lam", "ent_coef", "vf_coef", "optimizer_eps"):
+        require(is_number(getattr(config, name)), name, "a number", getattr(config, name))
+    require(config.max_grad_norm is None or is_number(config.max_grad_norm), "max_grad_norm", "a number",
+            config.max_grad_norm)
+    require_device(config.device)
     require(config.learning_rate > 0, "learning_rate", "> 0", config.learning_rate)
     require(config.lr_schedule in SCHEDULES, "lr_schedule", f"one of {SCHEDULES}", config.lr_schedule)
     require(0 <= config.gamma <= 1, "gamma", "in [0, 1]", config.gamma)
     require(0 <= config.lam <= 1, "lam", "in [0, 1]", config.lam)
     require(config.ent_coef >= 0, "ent_coef", ">= 0", config.ent_coef)
     require(config.vf_coef >= 0, "vf_coef", ">= 0", config.vf_coef)
-    require(config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0 or None", config.max_grad_norm)
+    require(config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0 (math.inf: never clip)",
+            config.max_grad_norm)
     require(config.optimizer_eps > 0, "optimizer_eps", "> 0", config.optimizer_eps)
     require(all(isinstance(s, int) and s >= 1 for s in config.hidden_sizes), "hidden_sizes", "positive layer sizes",
             config.hidden_sizes)

@@ -35,7 +35,7 @@ from rlkit.a2c import clip_gradients, make_agent, rollout_loss, validate_actor_c
 from rlkit.nets import ActorCritic, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import RolloutCollector, make_vector_env
-from rlkit.training import TrainResult, greedy_returns, require, scheduled
+from rlkit.training import TrainResult, greedy_returns, is_count, is_number, require, require_sequence, scheduled
 
 DEFAULTS = dict(
     total_steps=500_000, num_workers=2, num_steps=20, learning_rate=1e-3, lr_schedule="constant", gamma=0.99, lam=1.0,
@@ -60,7 +60,7 @@ class A3CConfig:
     lam: float | None = None  # GAE's lambda; 1.0 gives the n-step return
     ent_coef: float | None = None
     vf_coef: float | None = None
-    max_grad_norm: float | None = None  # clip each worker's gradient norm before it is applied
+    max_grad_norm: float | None = None  # clip each worker's gradient norm before it is applied (math.inf: never)
     adam_betas: tuple[float, float] | None = None
     optimizer_eps: float | None = None
     normalize_advantages: bool | None = None
@@ -72,16 +72,17 @@ class A3CConfig:
 
     def __post_init__(self) -> None:
         fill_from_preset(self, "a3c", DEFAULTS)
-        self.hidden_sizes, self.adam_betas = tuple(self.hidden_sizes), tuple(self.adam_betas)
-        require(isinstance(self.num_workers, int) and self.num_workers >= 1, "num_workers", "an integer >= 1",
-                self.num_workers)
+        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
+        self.adam_betas = require_sequence(self.adam_betas, "adam_betas", "two numbers in [0, 1)")
+        require(is_count(self.num_workers), "num_workers", "an integer >= 1", self.num_workers)
         validate_actor_critic(self)
         require(self.device == "cpu", "device", '"cpu" (A3C shares its model through CPU shared memory)', self.device)
-        require(len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas), "adam_betas",
+        require(len(self.adam_betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.adam_betas), "adam_betas",
                 "two numbers in [0, 1)", self.adam_betas)
         require(not self.normalize_advantages or self.num_steps >= 2, "normalize_advantages",
                 "False when num_steps < 2 (whitening needs two advantages)", self.normalize_advantages)
-        require(self.timeout is None or self.timeout > 0, "timeout", "> 0 or None", self.timeout)
+        require(self.timeout is None or (is_number(self.timeout) and self.timeout > 0), "timeout", "> 0 or None",
+                self.timeout)
 
 
 class SharedAdam(torch.optim.Adam):
@@ -178,15 +179,16 @@ def train(config: A3CConfig) -> TrainResult:
     errors = context.SimpleQueue()
     workers = [context.Process(target=run_worker, args=(rank, config, run, errors), name=f"a3c-worker-{rank}",
                                daemon=True) for rank in range(config.num_workers)]
-    for worker in workers:
-        worker.start()
     try:
+        for worker in workers:
+            worker.start()
         _supervise(workers, run, config, errors)
     finally:
         for worker in workers:
-            if worker.is_alive():
-                worker.kill()
-            worker.join()
+            if worker.pid is not None:  # started
+                if worker.is_alive():
+                    worker.kill()
+                worker.join()
     private = copy.deepcopy(agent)
     return TrainResult(config, private, _history(run, started), critic=ValueView(private))
 

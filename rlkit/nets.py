@@ -128,11 +128,13 @@ def categorical_sample(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
     Inverse-CDF sampling: the first action whose cumulative probability exceeds a uniform draw.
     ``torch.multinomial``, behind ``Categorical.sample``, costs more than a whole small network on a
-    batch of eight. (The clamp catches a draw above a cumulative sum that rounds to just below 1.)
+    batch of eight. The draw is scaled to the cumulative sum's last entry, which rounds to a little
+    below or above 1: so it never lands past the last action with a non-zero probability.
     """
     logp = torch.log_softmax(logits, dim=-1)
-    uniform = torch.rand(logp.shape[:-1] + (1,), device=logp.device)
-    actions = (logp.exp().cumsum(dim=-1) < uniform).sum(dim=-1).clamp_max(logp.shape[-1] - 1)
+    cumulative = logp.exp().cumsum(dim=-1)
+    uniform = torch.rand(logp.shape[:-1] + (1,), device=logp.device) * cumulative[..., -1:]
+    actions = (cumulative <= uniform).sum(dim=-1).clamp_max(logp.shape[-1] - 1)
     return actions, logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
@@ -175,14 +177,13 @@ class ActorCritic(nn.Module):
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.actor, self.critic = (mlp(obs_dim, hidden_sizes, action_dim, activation, POLICY_GAIN),
                                    mlp(obs_dim, hidden_sizes, 1, activation, VALUE_GAIN))
-        self.layers: list[tuple[nn.Parameter, nn.Parameter]] = []  # (weight [2, in, out], bias [2, 1, out]) per layer
+        self.num_layers = len(hidden_sizes) + 1
         for index, (actor_layer, critic_layer) in enumerate(zip(self.actor[::2], self.critic[::2])):
             weight, bias = torch.zeros(2, actor_layer.in_features, actor_layer.out_features), torch.zeros(2, 1, actor_layer.out_features)
             weight[0], bias[0, 0] = actor_layer.weight.detach().T, actor_layer.bias.detach()
             weight[1, :, :critic_layer.out_features], bias[1, 0, :critic_layer.out_features] = critic_layer.weight.detach().T, critic_layer.bias.detach()
             self.register_parameter(f"weight{index}", nn.Parameter(weight))
             self.register_parameter(f"bias{index}", nn.Parameter(bias))
-            self.layers.append((getattr(self, f"weight{index}"), getattr(self, f"bias{index}")))
         del self.actor, self.critic  # only their initial weights were wanted
         self.activation = {"tanh": torch.tanh, "relu": torch.relu}[activation]
         self.continuous = continuous
@@ -196,12 +197,20 @@ class ActorCritic(nn.Module):
         action_dim = int(action_space.shape[0]) if continuous else int(action_space.n)
         return cls(int(observation_space.shape[0]), action_dim, hidden_sizes, activation, continuous)
 
+    @property
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(weight [2, in, out], bias [2, 1, out])`` per layer, read from the registered parameters each time
+        (so that ``load_state_dict(assign=True)`` and ``torch.func.functional_call`` reach ``forward``)."""
+        parameters = self._parameters
+        return [(parameters[f"weight{index}"], parameters[f"bias{index}"]) for index in range(self.num_layers)]
+
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(policy output, V(s))``: logits (or Gaussian means) ``[..., action_dim]`` and values ``[...]``."""
         hidden = (obs if obs.dim() == 2 else obs.reshape(-1, obs.shape[-1])).expand(2, -1, -1)
-        for weight, bias in self.layers[:-1]:
+        layers = self.layers
+        for weight, bias in layers[:-1]:
             hidden = self.activation(torch.baddbmm(bias, hidden, weight))
-        weight, bias = self.layers[-1]
+        weight, bias = layers[-1]
         out = torch.baddbmm(bias, hidden, weight)
         head, values = out[0], out[1, :, 0]
         if obs.dim() != 2:

@@ -77,6 +77,8 @@ class RolloutCollector:
     def __init__(self, envs: gym.vector.VectorEnv, agent: ActorCritic, num_steps: int, gamma: float, seed: int):
         require(envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.SAME_STEP, "envs",
                 "a vector env in SAME_STEP autoreset mode (make_vector_env builds one)", envs.metadata.get("autoreset_mode"))
+        require(isinstance(num_steps, int) and num_steps >= 1, "num_steps", "an integer >= 1", num_steps)
+        require(0 <= gamma <= 1, "gamma", "in [0, 1]", gamma)
         self.envs, self.agent, self.num_steps, self.gamma = envs, agent, num_steps, gamma
         self.device = next(agent.parameters()).device
         space = envs.single_action_space

@@ -41,6 +41,30 @@ def require(condition: bool, field_name: str, allowed: str, value: Any) -> None:
         raise ValueError(f"{field_name} must be {allowed}, got {value!r}")
 
 
+def is_number(value: Any) -> bool:
+    """A real number (not a bool, not a string)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_count(value: Any) -> bool:
+    """An integer >= 1 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def require_sequence(value: Any, field_name: str, allowed: str) -> tuple:
+    """``value`` as a tuple, or a ValueError naming the field when it is not a list or tuple."""
+    require(isinstance(value, (list, tuple)), field_name, allowed, value)
+    return tuple(value)
+
+
+def require_device(device: Any) -> None:
+    """A ValueError naming ``device`` unless torch can parse it ("cpu", "cuda", "cuda:1", "mps", ...)."""
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+
+
 def require_discrete_actions_and_flat_obs(env_id: str, action_space, observation_space, algorithm: str) -> None:
     """Raise ``ValueError`` naming ``env_id`` unless the env has Discrete actions and flat Box observations."""
     require(isinstance(action_space, gym.spaces.Discrete), "env_id", f"an environment with Discrete actions ({algorithm})",

@@ -47,7 +47,8 @@ def test_advantages_with_lam_1_are_n_step_returns_minus_values():
 def test_a2c_loss_against_a_hand_computation():
     torch.manual_seed(0)
     logits, actions = torch.randn(10, 3, requires_grad=True), torch.randint(0, 3, (10,))
-    values, advantages, returns = torch.randn(10, requires_grad=True), torch.randn(10), torch.randn(10)
+    values, returns = torch.randn(10, requires_grad=True), torch.randn(10)
+    advantages = returns - values  # computed from the critic, as in training: it must enter only as a constant
     logp = torch.log_softmax(logits, -1)
     logprobs = logp.gather(1, actions[:, None]).squeeze(1)
     entropies = -(logp.exp() * logp).sum(-1)
@@ -57,7 +58,7 @@ def test_a2c_loss_against_a_hand_computation():
         expected += (-advantages[i] * logprobs[i] + 0.5 * (values[i] - returns[i]) ** 2 - 0.01 * entropies[i]) / 10
     torch.testing.assert_close(loss, expected)
     assert parts["value_loss"] == pytest.approx(((values - returns) ** 2).mean().item())
-    loss.backward()  # the advantages are constants: the policy term sends no gradient to the value
+    loss.backward()  # the advantages are constants: the policy term sends no gradient to the values
     value_gradient_from_value_loss = (values - returns).detach() / 10
     torch.testing.assert_close(values.grad, value_gradient_from_value_loss)
 
@@ -123,12 +124,19 @@ def test_linear_learning_rate_schedule_decays_to_zero():
     ("lam", -0.1, "lam must be in"),
     ("ent_coef", -0.01, "ent_coef must be >= 0"),
     ("vf_coef", -1.0, "vf_coef must be >= 0"),
-    ("max_grad_norm", 0.0, "max_grad_norm must be > 0 or None"),
+    ("max_grad_norm", 0.0, "max_grad_norm must be > 0"),
     ("optimizer", "sgd", "optimizer must be one of"),
     ("lr_schedule", "cosine", "lr_schedule must be one of"),
     ("rmsprop_alpha", 1.0, "rmsprop_alpha must be in"),
     ("activation", "gelu", "activation must be one of"),
     ("hidden_sizes", (64, 0), "hidden_sizes must be positive layer sizes"),
+    ("hidden_sizes", 64, "hidden_sizes must be a list or tuple"),
+    ("num_envs", True, "num_envs must be an integer >= 1"),
+    ("seed", 1.5, "seed must be an integer"),
+    ("gamma", "0.99", "gamma must be a number"),
+    ("device", "gpu", "device must be a torch device"),
+    ("batched_env", "no", "batched_env must be True or False"),
+    ("max_grad_norm", -1.0, r"max_grad_norm must be > 0 \(math.inf: never clip\)"),
 ])
 def test_bad_configs_raise_naming_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):

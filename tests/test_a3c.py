@@ -114,6 +114,9 @@ def test_timeout_stops_the_run_with_a_clear_error():
     ("device", "cuda", "device must be \"cpu\""),
     ("adam_betas", (0.9, 1.0), "adam_betas must be two numbers"),
     ("timeout", 0, "timeout must be > 0 or None"),
+    ("timeout", "5", "timeout must be > 0 or None"),
+    ("adam_betas", 0.9, "adam_betas must be two numbers"),
+    ("hidden_sizes", 64, "hidden_sizes must be a list or tuple"),
 ])
 def test_bad_configs_raise_naming_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):

@@ -120,11 +120,23 @@ def test_categorical_sample_follows_the_probabilities():
     torch.testing.assert_close(logprobs, torch.distributions.Categorical(logits=logits).log_prob(actions))
 
 
-def test_categorical_sample_never_returns_a_zero_probability_action():
+def test_categorical_sample_never_returns_a_zero_probability_action(monkeypatch):
     torch.manual_seed(0)
     logits = torch.tensor([[0.0, float("-inf"), 0.0, float("-inf")]]).expand(10_000, -1)
     actions, _ = categorical_sample(logits)
     assert set(actions.tolist()) == {0, 2}
+    # The extreme draws: 0, and the largest float32 below 1 on rows whose probabilities sum to just below 1
+    # in float32 (the last action impossible), where an unscaled draw would pass the last possible action.
+    torch.manual_seed(1)
+    rows = torch.cat([torch.randn(2000, 3) * 3, torch.full((2000, 1), float("-inf"))], dim=1)
+    short = torch.softmax(rows, -1).cumsum(-1)[:, -1] < 1
+    assert short.any()
+    for extreme in (0.0, 1.0 - 2.0**-24):
+        monkeypatch.setattr(torch, "rand", lambda shape, device=None, value=extreme: torch.full(shape, value))
+        actions, logprobs = categorical_sample(rows[short])
+        assert torch.all(actions < 3) and torch.isfinite(logprobs).all()
+        first_impossible = torch.tensor([[float("-inf"), 0.0]])
+        assert categorical_sample(first_impossible)[0].item() == 1
 
 
 def test_log_prob_and_entropy_equal_torch_distributions():
@@ -169,6 +181,10 @@ def test_flat_parameters_share_memory_and_gradients_with_the_module():
         flat.sub_(0.1 * flat.grad)
     torch.testing.assert_close(torch.cat([p.detach().flatten() for p in agent.parameters()]), flat.detach())
     state = {name: tensor.clone() for name, tensor in agent.state_dict().items()}
-    fresh = ActorCritic(4, 2)
-    fresh.load_state_dict(state)
-    torch.testing.assert_close(fresh(obs)[0], agent(obs)[0])
+    for assign in (False, True):
+        fresh = ActorCritic(4, 2)
+        fresh.load_state_dict(state, assign=assign)
+        torch.testing.assert_close(fresh(obs)[0], agent(obs)[0])
+    zeros = {name: torch.zeros_like(tensor) for name, tensor in agent.named_parameters()}
+    logits, values = torch.func.functional_call(agent, zeros, (obs,))
+    assert torch.all(logits == 0) and torch.all(values == 0)
