@@ -186,3 +186,43 @@ class Assignment:
         for grade_id, src in solution_sources(nb).items():
             assert "raise NotImplementedError()" in src, f"solution cell {grade_id} has no stub"
         assert all(c.get("outputs", []) == [] for c in nb.cells)
+
+    def check_graded_marks(self, graded: dict[str, dict[str, float]], points: dict[str, float]) -> None:
+        """The reference and the recorder (the reference plus a side effect) earn full marks, the stubs none."""
+        assert graded["reference"] == points
+        assert graded["recorder"] == points
+        assert graded["stubs"] == {cell: 0.0 for cell in points}
+
+    def check_variant_loses(self, graded: dict[str, dict[str, float]], points: dict[str, float], name: str,
+                            variant: Variant, may_also_fail: frozenset = frozenset()) -> None:
+        """A wrong submission loses every point of the cells it breaks, perhaps of ``may_also_fail``, no others."""
+        lost = failed(graded[name], points)
+        assert variant.fails <= lost <= variant.fails | may_also_fail, f"{name} ({variant.why})"
+        assert all(graded[name][cell] == 0.0 for cell in lost)
+
+    def check_caught_only_by_hidden_cases(self, course: Path, name: str, fails: frozenset) -> None:
+        """The mistake passes every visible check: each cell it loses fails on a hidden case."""
+        errors = self.errors(course, name)
+        assert set(errors) == fails
+        for cell, message in errors.items():
+            assert "hidden case" in message, (cell, message)
+
+    def check_memorizer_needs_the_seed(self, course: Path, memorizer_cells: dict[str, str], points: dict[str, float],
+                                       seed_a: str, seed_b: str) -> None:
+        """A memoriser replaying the outputs recorded under ``seed_a`` earns full marks under ``seed_a`` and
+        none under ``seed_b``, failing only on hidden cases (the visible checks do not change with the seed)."""
+        for student, seed in (("memorizer_seed_a", seed_a), ("memorizer_seed_b", seed_b)):
+            self.submit(course, student, memorizer_cells)
+            self.autograde(course, seed, student)
+        got = self.scores(course, ["memorizer_seed_a", "memorizer_seed_b"])
+        assert got["memorizer_seed_a"] == points, "replaying the seed's own cases must pass"
+        assert got["memorizer_seed_b"] == {cell: 0.0 for cell in points}, "another seed must draw other cases"
+        for cell, message in self.errors(course, "memorizer_seed_b").items():
+            assert "hidden case" in message, (cell, message)
+
+    def check_feedback_hides(self, course: Path, student: str, default_seed: str, secrets: tuple[str, ...]) -> None:
+        """The feedback of a student who passed the visible checks shows none of the hidden set-up."""
+        html = self.feedback_html(course, student)
+        assert "Visible checks passed." in html
+        for secret in ("RLKIT_GRADING_SEED", default_seed, "_hidden_block_rlkit()", *secrets):
+            assert secret not in html, f"feedback leaks {secret!r}"

@@ -282,31 +282,18 @@ def test_release_has_no_solutions_hidden_tests_or_seed(course):
     ASSIGNMENT.check_release_is_clean(course, DEFAULT_SEED)
 
 
-def test_reference_solution_gets_full_marks(graded):
-    assert graded["reference"] == POINTS
-
-
-def test_recorder_gets_full_marks(graded):
-    assert graded["recorder"] == POINTS  # it is the reference plus a side effect, needed below
-
-
-def test_unmodified_release_gets_zero(graded):
-    assert graded["stubs"] == {cell: 0.0 for cell in POINTS}
+def test_reference_and_recorder_get_full_marks_and_the_stubs_none(graded):
+    ASSIGNMENT.check_graded_marks(graded, POINTS)
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_solution_loses_exactly_the_cells_it_breaks(graded, name):
-    variant = WRONG[name]
-    assert grading.failed(graded[name], POINTS) == variant.fails, f"{name} ({variant.why})"
-    assert all(graded[name][cell] == 0.0 for cell in variant.fails)
+    ASSIGNMENT.check_variant_loses(graded, POINTS, name, WRONG[name])
 
 
 @pytest.mark.parametrize("name", HIDDEN_ONLY)
 def test_some_mistakes_are_caught_only_by_the_hidden_cases(course, graded, name):
-    errors = ASSIGNMENT.errors(course, name)
-    assert set(errors) == WRONG[name].fails
-    for cell, message in errors.items():
-        assert "hidden case" in message, (cell, message)
+    ASSIGNMENT.check_caught_only_by_hidden_cases(course, name, WRONG[name].fails)
 
 
 def test_sarsa_target_learns_the_safe_path(course, graded):
@@ -335,21 +322,10 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
     """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under SEED_B."""
     assert (course / "record.pkl").exists()
-    reference = ASSIGNMENT.reference_sources()
-    for student, seed in (("memorizer_seed_a", SEED_A), ("memorizer_seed_b", SEED_B)):
-        ASSIGNMENT.submit(course, student, memorizer(str(course / "record.pkl"), reference))
-        ASSIGNMENT.autograde(course, seed, student)
-    got = ASSIGNMENT.scores(course, ["memorizer_seed_a", "memorizer_seed_b"])
-    assert got["memorizer_seed_a"] == POINTS, "replaying the seed's own cases must pass"
-    assert got["memorizer_seed_b"] == {cell: 0.0 for cell in POINTS}, "another seed must draw other cases"
-    # The visible checks did not change, so the memoriser fails only in the hidden part.
-    for cell, message in ASSIGNMENT.errors(course, "memorizer_seed_b").items():
-        assert "hidden case" in message, (cell, message)
+    memorizer_cells = memorizer(str(course / "record.pkl"), ASSIGNMENT.reference_sources())
+    ASSIGNMENT.check_memorizer_needs_the_seed(course, memorizer_cells, POINTS, SEED_A, SEED_B)
 
 
 def test_feedback_does_not_show_hidden_tests(course, graded):
-    html = ASSIGNMENT.feedback_html(course, "d_vi_keeps_terminal_values")
-    assert "Visible checks passed." in html
-    for secret in ("RLKIT_GRADING_SEED", DEFAULT_SEED, "def _hidden_optimal", "_hidden_block_rlkit()",
-                   "class _HiddenLoop"):
-        assert secret not in html, f"feedback leaks {secret!r}"
+    secrets = ("def _hidden_optimal", "class _HiddenLoop")
+    ASSIGNMENT.check_feedback_hides(course, "d_vi_keeps_terminal_values", DEFAULT_SEED, secrets)
