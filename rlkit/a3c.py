@@ -15,7 +15,8 @@ operating system's scheduling, so two runs with the same seed differ (Chapter 6 
 A worker that dies (an exception, or a signal) stops the run with a ``RuntimeError`` that names it
 (and carries its traceback, when it raised one).
 Workers start from a fork server (or are spawned), not forked from the caller, so an environment of
-your own must be registered in an importable module (Gymnasium's ``"my_package.envs:MyEnv-v0"`` form of ``env_id`` imports it first).
+your own must be registered in an importable module (Gymnasium's ``"my_package.envs:MyEnv-v0"`` form of
+``env_id`` imports it first).
 """
 
 from __future__ import annotations

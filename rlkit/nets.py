@@ -175,16 +175,18 @@ class ActorCritic(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.actor, self.critic = (mlp(obs_dim, hidden_sizes, action_dim, activation, POLICY_GAIN),
-                                   mlp(obs_dim, hidden_sizes, 1, activation, VALUE_GAIN))
+        # Two ordinary MLPs give the initial weights (their init is the one the book describes), then are dropped.
+        actor = mlp(obs_dim, hidden_sizes, action_dim, activation, POLICY_GAIN)
+        critic = mlp(obs_dim, hidden_sizes, 1, activation, VALUE_GAIN)
         self.num_layers = len(hidden_sizes) + 1
-        for index, (actor_layer, critic_layer) in enumerate(zip(self.actor[::2], self.critic[::2])):
-            weight, bias = torch.zeros(2, actor_layer.in_features, actor_layer.out_features), torch.zeros(2, 1, actor_layer.out_features)
+        for index, (actor_layer, critic_layer) in enumerate(zip(actor[::2], critic[::2])):
+            weight = torch.zeros(2, actor_layer.in_features, actor_layer.out_features)
+            bias = torch.zeros(2, 1, actor_layer.out_features)
             weight[0], bias[0, 0] = actor_layer.weight.detach().T, actor_layer.bias.detach()
-            weight[1, :, :critic_layer.out_features], bias[1, 0, :critic_layer.out_features] = critic_layer.weight.detach().T, critic_layer.bias.detach()
+            critic_width = critic_layer.out_features
+            weight[1, :, :critic_width], bias[1, 0, :critic_width] = critic_layer.weight.detach().T, critic_layer.bias.detach()
             self.register_parameter(f"weight{index}", nn.Parameter(weight))
             self.register_parameter(f"bias{index}", nn.Parameter(bias))
-        del self.actor, self.critic  # only their initial weights were wanted
         self.activation = {"tanh": torch.tanh, "relu": torch.relu}[activation]
         self.continuous = continuous
         self.log_std = nn.Parameter(torch.full((action_dim,), float(initial_log_std))) if continuous else None
