@@ -14,7 +14,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 help:
 	@echo "make book        build the HTML book in _build/html, executing every notebook (cached)"
-	@echo "make test        everything: unit and learning tests, assignments, strict book build, notebooks, browser check"
+	@echo "make test        everything: unit and learning tests, assignments, strict book build, notebooks, browser check, benchmarks"
 	@echo "make test-fast   unit tests only (under 2 minutes)"
 	@echo "make serve       serve the built book on http://127.0.0.1:$(PORT)"
 	@echo "make assignments write the student release of every assignment"
