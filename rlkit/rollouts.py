@@ -50,6 +50,17 @@ class Rollout:
 BATCHED_ENVS = {"CartPole-v1": BatchedCartPole}
 
 
+def require_registered(env_id: str) -> None:
+    """A ValueError naming ``env_id`` unless Gymnasium knows it (``module:EnvId`` imports the module first)."""
+    require(isinstance(env_id, str), "env_id", "a gymnasium environment id (a string)", env_id)
+    try:
+        if ":" in env_id:  # "module:EnvId-v0": Gymnasium imports the module, which registers the env
+            importlib.import_module(env_id.split(":")[0])
+        gym.spec(env_id.split(":")[-1])
+    except (gym.error.Error, ImportError) as error:
+        raise ValueError(f"env_id must be a registered gymnasium environment, got {env_id!r} ({error})") from None
+
+
 def make_vector_env(env_id: str, num_envs: int, batched: bool = False, env_kwargs: dict | None = None) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``env_id`` with SAME_STEP autoreset: Gymnasium's ``SyncVectorEnv``, or with
     ``batched`` rlkit's implementation that steps all copies in one set of array operations."""
@@ -58,12 +69,7 @@ def make_vector_env(env_id: str, num_envs: int, batched: bool = False, env_kwarg
         require(env_id in BATCHED_ENVS, "batched_env", f"False for {env_id!r} (batched versions exist of {sorted(BATCHED_ENVS)})",
                 batched)
         return BATCHED_ENVS[env_id](num_envs, **(env_kwargs or {}))
-    try:
-        if ":" in env_id:  # "module:EnvId-v0": Gymnasium imports the module, which registers the env
-            importlib.import_module(env_id.split(":")[0])
-        gym.spec(env_id.split(":")[-1])
-    except (gym.error.Error, ImportError) as error:
-        raise ValueError(f"env_id must be a registered gymnasium environment, got {env_id!r} ({error})") from None
+    require_registered(env_id)
     return gym.vector.SyncVectorEnv([lambda: gym.make(env_id, **(env_kwargs or {})) for _ in range(num_envs)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
 

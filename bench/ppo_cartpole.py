@@ -1,0 +1,77 @@
+"""rlkit's PPO against Stable-Baselines3's PPO on CartPole-v1, both with rl-baselines3-zoo's settings, in one process.
+
+rl-baselines3-zoo's CartPole-v1 PPO (hyperparams/ppo.yml): 8 envs, n_steps 32, batch 256, 20 epochs, gamma
+0.98, gae_lambda 0.8, linear schedules for lr 1e-3 and clip 0.2, ent_coef 0, 100k steps; SB3's defaults
+for the rest (vf_coef 0.5, max_grad_norm 0.5, advantage normalisation, separate 64-64 tanh actor and
+critic, orthogonal init, Adam eps 1e-5). rlkit trains with its preset, which is those settings
+(``rlkit/presets.py``). Each round trains SB3 and then rlkit, with the same seed and one torch thread,
+timing training only, and evaluates both greedily over 100 episodes. The result is the median over
+rounds of rlkit's training time divided by SB3's.
+
+    python bench/ppo_cartpole.py               # 3 rounds
+    python bench/ppo_cartpole.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rlkit import ppo  # noqa: E402
+from rlkit.training import greedy_returns  # noqa: E402
+
+STEPS = 100_000
+
+
+def run_sb3(seed: int) -> tuple[float, float]:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    def linear(initial: float):
+        return lambda progress_remaining: progress_remaining * initial
+
+    model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed), n_steps=32, batch_size=256, n_epochs=20,
+                gamma=0.98, gae_lambda=0.8, learning_rate=linear(1e-3), clip_range=linear(0.2), ent_coef=0.0,
+                seed=seed, device="cpu", verbose=0)
+    start = time.perf_counter()
+    model.learn(total_timesteps=STEPS)
+    seconds = time.perf_counter() - start
+    act = lambda obs: torch.as_tensor(model.predict(obs.numpy(), deterministic=True)[0])  # noqa: E731
+    return seconds, float(greedy_returns("CartPole-v1", act, 100).mean())
+
+
+def run_rlkit(seed: int) -> tuple[float, float]:
+    config = ppo.PPOConfig(env_id="CartPole-v1", seed=seed)
+    assert config.total_steps == STEPS
+    start = time.perf_counter()
+    result = ppo.train(config)
+    seconds = time.perf_counter() - start
+    return seconds, ppo.evaluate(result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    ratios, solved = [], {"sb3": 0, "rlkit": 0}
+    for seed in range(args.rounds):
+        sb3_seconds, sb3_score = run_sb3(seed)
+        rlkit_seconds, rlkit_score = run_rlkit(seed)
+        ratios.append(rlkit_seconds / sb3_seconds)
+        solved["sb3"] += sb3_score >= 475
+        solved["rlkit"] += rlkit_score >= 475
+        print(f"round {seed}: SB3 {sb3_seconds:6.1f} s (greedy return {sb3_score:5.1f}), rlkit {rlkit_seconds:6.1f} s "
+              f"(greedy return {rlkit_score:5.1f}); time ratio {ratios[-1]:.3f}", flush=True)
+    print(f"runs reaching a greedy return >= 475: SB3 {solved['sb3']}/{args.rounds}, rlkit {solved['rlkit']}/{args.rounds}")
+    print(f"result: ppo_time_vs_sb3 = {statistics.median(ratios):.3f} (goal: <= 0.2)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""Proximal policy optimization (PPO; Schulman et al., 2017; Chapter 7).
+
+PPO collects a rollout with the current policy ``pi_old`` and then takes several epochs of minibatch
+gradient steps on it. The probability ratio ``rho_t = pi(a_t|s_t) / pi_old(a_t|s_t)`` weighs each
+advantage, and clipping it keeps the new policy near the one that collected the data:
+
+    L^CLIP = 1/|o| sum_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)                 (eq-ppo-clip)
+
+(``rlkit.losses.clipped_policy_loss`` returns its negative). The critic regresses on GAE's lambda-returns
+(eq-gae), optionally with its change clipped as well (eq-ppo-value-clip), and one loss trains both:
+
+    L = -L^CLIP + vf_coef * L^V - ent_coef * 1/|o| sum_t H(pi(.|s_t))                     (eq-ppo-loss)
+
+The implementation details for classic control (Huang et al., 2022), each visible below: vectorised
+rollouts that carry the last observation across updates (``RolloutCollector``), orthogonal
+initialisation (``ActorCritic``), Adam with eps 1e-5, linear learning-rate annealing, GAE, shuffled
+minibatches over several epochs, per-minibatch advantage normalisation, the clipped surrogate, optional
+value clipping, the entropy bonus, global gradient-norm clipping, and approx-KL, clip fraction and
+explained variance in the history. Truncation bootstraps and termination does not (``RolloutCollector``).
+Continuous actions come from a Gaussian with a state-independent log-std, drawn unbounded and clipped to
+the action bounds only for the environment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from rlkit.a2c import advantages_and_returns, clip_gradients, validate_actor_critic
+from rlkit.losses import approx_kl, clip_fraction, clipped_policy_loss, clipped_value_loss, explained_variance, masked_whiten
+from rlkit.nets import ActorCritic, ValueView, flatten_parameters
+from rlkit.presets import fill_from_preset
+from rlkit.rollouts import BATCHED_ENVS, Rollout, RolloutCollector, make_vector_env, require_registered
+from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_number, require, require_sequence,
+                            scheduled, seed_everything)
+
+# CleanRL's ppo.py defaults (Atari-independent ones), for environments without a preset.
+DEFAULTS = dict(
+    total_steps=500_000, num_envs=4, num_steps=128, minibatch_size=128, num_epochs=4, learning_rate=2.5e-4,
+    lr_schedule="linear", gamma=0.99, lam=0.95, clip_eps=0.2, clip_schedule="constant", value_clip_eps=None,
+    normalize_advantages=True, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, optimizer_eps=1e-5,
+    hidden_sizes=(64, 64), activation="tanh", initial_log_std=None, batched_env=False,
+)
+
+
+@dataclass
+class PPOConfig:
+    """PPO's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+
+    env_id: str = "CartPole-v1"
+    seed: int = 0
+    total_steps: int | None = None  # environment steps, all copies together
+    num_envs: int | None = None  # copies stepped in lockstep
+    num_steps: int | None = None  # steps per copy per rollout
+    minibatch_size: int | None = None  # transitions per gradient step; must divide num_envs * num_steps
+    num_epochs: int | None = None  # passes over each rollout
+    learning_rate: float | None = None
+    lr_schedule: str | None = None  # "linear" (anneal to 0 over training) or "constant"
+    gamma: float | None = None
+    lam: float | None = None  # GAE's lambda
+    clip_eps: float | None = None  # the ratio is clipped to [1 - clip_eps, 1 + clip_eps] (eq-ppo-clip)
+    clip_schedule: str | None = None  # "constant", or "linear" to 0 (rl-baselines3-zoo's CartPole)
+    value_clip_eps: float | None = None  # clip the critic's change per rollout (eq-ppo-value-clip); None: plain MSE
+    normalize_advantages: bool | None = None  # whiten the advantages of each minibatch
+    ent_coef: float | None = None  # weight of the entropy bonus
+    vf_coef: float | None = None  # weight of the value loss, which is 0.5 * squared error (CleanRL's scale)
+    max_grad_norm: float | None = None  # clip the global gradient norm (math.inf: never)
+    target_kl: float | None = None  # stop the epochs of a rollout once approx-KL exceeds it (None: never)
+    optimizer_eps: float | None = None  # Adam's eps (1e-5, not PyTorch's 1e-8)
+    hidden_sizes: tuple[int, ...] | None = None  # of both the policy and the value network (no shared layers)
+    activation: str | None = None
+    initial_log_std: float | None = None  # continuous actions only: the Gaussian's starting log-std (None: 0)
+    batched_env: bool | None = None  # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
+    device: str = "cpu"
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        require_registered(self.env_id)
+        fill_from_preset(self, "ppo", DEFAULTS)
+        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
+        self._validate()
+
+    @property
+    def batch_size(self) -> int:
+        """Transitions per rollout."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return math.ceil(self.total_steps / self.batch_size)
+
+    def _validate(self) -> None:
+        validate_actor_critic(self)
+        for name in ("num_envs", "minibatch_size", "num_epochs"):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(self.minibatch_size <= self.batch_size and self.batch_size % self.minibatch_size == 0, "minibatch_size",
+                f"a divisor of num_envs * num_steps = {self.batch_size}", self.minibatch_size)
+        require(is_number(self.clip_eps) and self.clip_eps > 0, "clip_eps", "a number > 0", self.clip_eps)
+        require(self.clip_schedule in SCHEDULES, "clip_schedule", f"one of {SCHEDULES}", self.clip_schedule)
+        require(self.value_clip_eps is None or (is_number(self.value_clip_eps) and self.value_clip_eps > 0),
+                "value_clip_eps", "None or a number > 0", self.value_clip_eps)
+        require(self.target_kl is None or (is_number(self.target_kl) and self.target_kl > 0), "target_kl",
+                "None or a number > 0", self.target_kl)
+        require(isinstance(self.normalize_advantages, bool), "normalize_advantages", "True or False",
+                self.normalize_advantages)
+        require(not self.normalize_advantages or self.minibatch_size >= 2, "normalize_advantages",
+                "False when minibatch_size < 2 (whitening needs two advantages)", self.normalize_advantages)
+        require(self.initial_log_std is None or is_number(self.initial_log_std), "initial_log_std", "None or a number",
+                self.initial_log_std)
+        require(isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env)
+        require(not self.batched_env or self.env_id in BATCHED_ENVS, "batched_env",
+                f"False for {self.env_id!r} (batched versions exist of {sorted(BATCHED_ENVS)})", self.batched_env)
+
+
+def make_agent(config: PPOConfig, envs: gym.vector.VectorEnv) -> ActorCritic:
+    """A categorical actor-critic for Discrete actions, a Gaussian one for Box actions (flat Box observations)."""
+    observations, actions = envs.single_observation_space, envs.single_action_space
+    require(isinstance(observations, gym.spaces.Box) and len(observations.shape) == 1, "env_id",
+            "an environment with flat Box observations", f"{config.env_id} with {observations}")
+    continuous = isinstance(actions, gym.spaces.Box)
+    require(continuous and len(actions.shape) == 1 or isinstance(actions, gym.spaces.Discrete), "env_id",
+            "an environment with Discrete or flat Box actions", f"{config.env_id} with {actions}")
+    require(continuous or config.initial_log_std is None, "initial_log_std",
+            f"None for {config.env_id}, whose actions are discrete (it sets a Gaussian's spread)", config.initial_log_std)
+    action_dim = int(actions.shape[0]) if continuous else int(actions.n)
+    log_std = 0.0 if config.initial_log_std is None else config.initial_log_std
+    return ActorCritic(int(observations.shape[0]), action_dim, config.hidden_sizes, config.activation, continuous,
+                       log_std).to(config.device)
+
+
+@dataclass
+class Batch:
+    """A rollout flattened to ``[num_envs * num_steps]`` transitions, with GAE's advantages and returns."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor  # log pi_old(a|s)
+    values: torch.Tensor  # V_old(s)
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+    @classmethod
+    def from_rollout(cls, rollout: Rollout, advantages: torch.Tensor, returns: torch.Tensor) -> "Batch":
+        return cls(rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1), rollout.logprobs.flatten(),
+                   rollout.values.flatten(), advantages.flatten(), returns.flatten())
+
+    def __len__(self) -> int:
+        return self.logprobs.shape[0]
+
+    def take(self, indices: torch.Tensor) -> "Batch":
+        return Batch(*(getattr(self, name)[indices] for name in self.__dataclass_fields__))
+
+
+def minibatches(batch: Batch, minibatch_size: int, generator: torch.Generator):
+    """A fresh random permutation of the batch, cut into minibatches (the whole batch when it is one)."""
+    if minibatch_size == len(batch):  # one minibatch per epoch: its order changes no mean, so skip the gather
+        yield batch
+        return
+    permutation = torch.randperm(len(batch), generator=generator)
+    for start in range(0, len(batch), minibatch_size):
+        yield batch.take(permutation[start:start + minibatch_size])
+
+
+def ppo_loss(agent: ActorCritic, minibatch: Batch, config: PPOConfig, clip_eps: float,
+             normalize_advantages: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """eq-ppo-loss on one minibatch; the loss and its parts (detached tensors, for logging)."""
+    logprobs, entropies, values = agent.evaluate(minibatch.obs, minibatch.actions)
+    advantages = masked_whiten(minibatch.advantages) if normalize_advantages else minibatch.advantages
+    policy_loss = clipped_policy_loss(logprobs, minibatch.logprobs, advantages, clip_eps)
+    value_loss = clipped_value_loss(values, minibatch.values, minibatch.returns, config.value_clip_eps)
+    entropy_bonus = entropies.mean()
+    loss = policy_loss + config.vf_coef * value_loss
+    if config.ent_coef:  # with ent_coef = 0 the backward pass skips the entropy's graph
+        loss = loss - config.ent_coef * entropy_bonus
+    parts = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_bonus,
+             "approx_kl": approx_kl(logprobs, minibatch.logprobs),
+             "clip_fraction": clip_fraction(logprobs, minibatch.logprobs, clip_eps)}
+    return loss, {name: part.detach() for name, part in parts.items()}
+
+
+def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: torch.optim.Optimizer, rollout: Rollout,
+           config: PPOConfig, clip_eps: float, generator: torch.Generator) -> dict[str, float]:
+    """``num_epochs`` passes of minibatch gradient steps on one rollout; the metrics, averaged over the steps."""
+    advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
+    batch = Batch.from_rollout(rollout, advantages, returns)
+    normalize_each = config.normalize_advantages
+    if normalize_each and config.minibatch_size == len(batch):  # the minibatch is the batch: whiten it once
+        batch.advantages, normalize_each = masked_whiten(batch.advantages), False
+    sums, steps, epochs = {}, 0, 0
+    for epochs in range(1, config.num_epochs + 1):
+        for minibatch in minibatches(batch, config.minibatch_size, generator):
+            loss, parts = ppo_loss(agent, minibatch, config, clip_eps, normalize_each)
+            optimizer.zero_grad(set_to_none=False)
+            loss.backward()
+            parts["grad_norm"] = torch.as_tensor(clip_gradients(flat, config.max_grad_norm))
+            optimizer.step()
+            sums = {name: sums.get(name, 0.0) + part for name, part in parts.items()}
+            steps += 1
+        if config.target_kl is not None and parts["approx_kl"] > config.target_kl:
+            break  # the policy moved too far from pi_old: stop reusing this rollout
+    metrics = {name: (total / steps).item() for name, total in sums.items()}
+    metrics["epochs"] = epochs
+    metrics["explained_variance"] = explained_variance(rollout.values, returns).item()
+    return metrics
+
+
+def train(config: PPOConfig) -> TrainResult:
+    """Train PPO on ``config.env_id``; one history row per rollout. ``result.agent`` is the ``ActorCritic``."""
+    seed_everything(config.seed)
+    envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
+    agent = make_agent(config, envs)
+    flat = flatten_parameters(agent)
+    optimizer = torch.optim.Adam([flat], lr=config.learning_rate, eps=config.optimizer_eps)
+    collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
+    generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
+    history = []
+    for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"PPO {config.env_id}"):
+        progress = index / config.num_updates
+        learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
+        clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate
+        rollout = collector.collect()
+        row = {"step": collector.env_steps, "learning_rate": learning_rate, "clip_eps": clip_eps,
+               **update(agent, flat, optimizer, rollout, config, clip_eps, generator)}
+        if rollout.episode_returns:
+            row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
+        history.append(row)
+    envs.close()
+    return TrainResult(config, agent, history, critic=ValueView(agent))
+
+
+def greedy_actions(agent: ActorCritic, action_space: gym.Space):
+    """``obs -> actions`` of the greedy policy: the most probable action, or the Gaussian's mean clipped to the bounds."""
+    if not agent.continuous:
+        return agent.greedy
+    device = next(agent.parameters()).device
+    low, high = (torch.as_tensor(bound, dtype=torch.float32, device=device) for bound in (action_space.low, action_space.high))
+    return lambda obs: torch.clamp(agent.greedy(obs), low, high)
+
+
+def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
+    """Mean undiscounted return of the greedy policy over ``episodes`` episodes."""
+    agent, device = result.agent.eval(), result.config.device
+    act = greedy_actions(agent, gym.make(result.config.env_id).action_space)
+    return float(greedy_returns(result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed).mean())
