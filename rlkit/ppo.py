@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from rlkit.a2c import advantages_and_returns, clip_gradients, validate_actor_critic
 from rlkit.losses import approx_kl, clip_fraction, clipped_policy_loss, clipped_value_loss, explained_variance, masked_whiten
-from rlkit.nets import ActorCritic, ValueView, flatten_parameters
+from rlkit.nets import ActorCritic, FlatAdam, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import BATCHED_ENVS, Rollout, RolloutCollector, make_vector_env, require_registered
 from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_number, require, require_sequence,
@@ -167,8 +167,8 @@ def minibatches(batch: Batch, minibatch_size: int, generator: torch.Generator):
 
 
 def ppo_loss(agent: ActorCritic, minibatch: Batch, config: PPOConfig, clip_eps: float,
-             normalize_advantages: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """eq-ppo-loss on one minibatch; the loss and its parts (detached tensors, for logging)."""
+             normalize_advantages: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """eq-ppo-loss on one minibatch; the loss and its parts ``[policy loss, value loss, entropy]`` (detached)."""
     logprobs, entropies, values = agent.evaluate(minibatch.obs, minibatch.actions)
     advantages = masked_whiten(minibatch.advantages) if normalize_advantages else minibatch.advantages
     policy_loss = clipped_policy_loss(logprobs, minibatch.logprobs, advantages, clip_eps)
@@ -177,36 +177,47 @@ def ppo_loss(agent: ActorCritic, minibatch: Batch, config: PPOConfig, clip_eps: 
     loss = policy_loss + config.vf_coef * value_loss
     if config.ent_coef:  # with ent_coef = 0 the backward pass skips the entropy's graph
         loss = loss - config.ent_coef * entropy_bonus
-    parts = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy_bonus,
-             "approx_kl": approx_kl(logprobs, minibatch.logprobs),
-             "clip_fraction": clip_fraction(logprobs, minibatch.logprobs, clip_eps)}
-    return loss, {name: part.detach() for name, part in parts.items()}
+    return loss, torch.stack([policy_loss, value_loss, entropy_bonus]).detach()
 
 
-def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: torch.optim.Optimizer, rollout: Rollout,
-           config: PPOConfig, clip_eps: float, generator: torch.Generator) -> dict[str, float]:
-    """``num_epochs`` passes of minibatch gradient steps on one rollout; the metrics, averaged over the steps."""
+LOSS_PARTS = ("policy_loss", "value_loss", "entropy")
+
+
+def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: FlatAdam, rollout: Rollout, config: PPOConfig,
+           clip_eps: float, generator: torch.Generator) -> dict[str, float]:
+    """``num_epochs`` passes of minibatch gradient steps on one rollout; the metrics of the update.
+
+    The losses and the gradient norm are averaged over the steps; approx-KL and the clip fraction compare
+    the policy after the update with ``pi_old`` on the whole rollout.
+    """
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     batch = Batch.from_rollout(rollout, advantages, returns)
     normalize_each = config.normalize_advantages
     if normalize_each and config.minibatch_size == len(batch):  # the minibatch is the batch: whiten it once
         batch.advantages, normalize_each = masked_whiten(batch.advantages), False
-    sums, steps, epochs = {}, 0, 0
-    for epochs in range(1, config.num_epochs + 1):
+    parts, grad_norms = [], []
+    for epoch in range(1, config.num_epochs + 1):
         for minibatch in minibatches(batch, config.minibatch_size, generator):
-            loss, parts = ppo_loss(agent, minibatch, config, clip_eps, normalize_each)
-            optimizer.zero_grad(set_to_none=False)
+            loss, loss_parts = ppo_loss(agent, minibatch, config, clip_eps, normalize_each)
+            optimizer.zero_grad()
             loss.backward()
-            parts["grad_norm"] = torch.as_tensor(clip_gradients(flat, config.max_grad_norm))
+            grad_norms.append(clip_gradients(flat, config.max_grad_norm))
             optimizer.step()
-            sums = {name: sums.get(name, 0.0) + part for name, part in parts.items()}
-            steps += 1
-        if config.target_kl is not None and parts["approx_kl"] > config.target_kl:
+            parts.append(loss_parts)
+        if config.target_kl is not None and policy_change(agent, minibatch, clip_eps)[0] > config.target_kl:
             break  # the policy moved too far from pi_old: stop reusing this rollout
-    metrics = {name: (total / steps).item() for name, total in sums.items()}
-    metrics["epochs"] = epochs
-    metrics["explained_variance"] = explained_variance(rollout.values, returns).item()
+    kl, clipped = policy_change(agent, batch, clip_eps)
+    metrics = dict(zip(LOSS_PARTS, torch.stack(parts).mean(dim=0).tolist()))
+    metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), approx_kl=kl, clip_fraction=clipped, epochs=epoch,
+                   explained_variance=explained_variance(rollout.values, returns).item())
     return metrics
+
+
+def policy_change(agent: ActorCritic, batch: Batch, clip_eps: float) -> tuple[float, float]:
+    """``(approx-KL(pi_old || pi), clip fraction)`` of the current policy on ``batch``'s samples."""
+    with torch.no_grad():
+        logprobs = agent.evaluate(batch.obs, batch.actions)[0]
+        return approx_kl(logprobs, batch.logprobs).item(), clip_fraction(logprobs, batch.logprobs, clip_eps).item()
 
 
 def train(config: PPOConfig) -> TrainResult:
@@ -215,7 +226,7 @@ def train(config: PPOConfig) -> TrainResult:
     envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
     agent = make_agent(config, envs)
     flat = flatten_parameters(agent)
-    optimizer = torch.optim.Adam([flat], lr=config.learning_rate, eps=config.optimizer_eps)
+    optimizer = FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps)
     collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
     generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
     history = []
@@ -223,8 +234,7 @@ def train(config: PPOConfig) -> TrainResult:
         progress = index / config.num_updates
         learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
         clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate
+        optimizer.lr = learning_rate
         rollout = collector.collect()
         row = {"step": collector.env_steps, "learning_rate": learning_rate, "clip_eps": clip_eps,
                **update(agent, flat, optimizer, rollout, config, clip_eps, generator)}

@@ -54,7 +54,7 @@ def test_bad_sizes_raise_value_errors():
 # ---- The actor-critic network, the fast samplers and flat parameters (Chapter 6) -----------------------
 
 from rlkit.nets import (ActorCritic, categorical_log_prob_and_entropy, categorical_sample,  # noqa: E402
-                        flatten_parameters, gaussian_log_prob_and_entropy, gaussian_sample)
+                        FlatAdam, flatten_parameters, gaussian_log_prob_and_entropy, gaussian_sample)
 
 
 def separate_networks(agent: ActorCritic):
@@ -188,3 +188,24 @@ def test_flat_parameters_share_memory_and_gradients_with_the_module():
     zeros = {name: torch.zeros_like(tensor) for name, tensor in agent.named_parameters()}
     logits, values = torch.func.functional_call(agent, zeros, (obs,))
     assert torch.all(logits == 0) and torch.all(values == 0)
+
+
+def test_flat_adam_takes_the_same_steps_as_torch_adam():
+    torch.manual_seed(0)
+    ours, theirs = torch.nn.Parameter(torch.randn(300)), torch.nn.Parameter(torch.zeros(300))
+    theirs.data.copy_(ours.data)
+    ours.grad = torch.zeros_like(ours)
+    flat_adam = FlatAdam(ours, lr=1e-3, betas=(0.8, 0.99), eps=1e-5)
+    torch_adam = torch.optim.Adam([theirs], lr=1e-3, betas=(0.8, 0.99), eps=1e-5)
+    for step in range(60):
+        gradient = torch.randn(300) * (1 + step)
+        flat_adam.zero_grad()
+        ours.grad.add_(gradient)
+        theirs.grad = gradient.clone()
+        if step == 30:  # a new learning rate, as a schedule sets it
+            flat_adam.lr = torch_adam.param_groups[0]["lr"] = 2e-4
+        flat_adam.step()
+        torch_adam.step()
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-7)
+    assert flat_adam.steps == 60
+    torch.testing.assert_close(flat_adam.exp_avg_sq, torch_adam.state[theirs]["exp_avg_sq"], rtol=0, atol=0)
