@@ -27,7 +27,6 @@ import math
 from dataclasses import dataclass
 
 import gymnasium as gym
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -257,5 +256,7 @@ def greedy_actions(agent: ActorCritic, action_space: gym.Space):
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy over ``episodes`` episodes."""
     agent, device = result.agent.eval(), result.config.device
-    act = greedy_actions(agent, gym.make(result.config.env_id).action_space)
+    env = gym.make(result.config.env_id)
+    act = greedy_actions(agent, env.action_space)
+    env.close()
     return float(greedy_returns(result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed).mean())
