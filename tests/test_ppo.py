@@ -177,7 +177,7 @@ def test_presets_fill_only_the_fields_left_out():
     config = ppo.PPOConfig(env_id="CartPole-v1", num_epochs=5)
     cartpole = PRESETS["ppo"]["CartPole-v1"]
     assert config.num_epochs == 5 and config.total_steps == cartpole["total_steps"] == 100_000
-    assert (config.num_envs, config.num_steps, config.minibatch_size, config.gamma, config.lam) == (16, 16, 256, 0.98, 0.8)
+    assert (config.num_envs, config.num_steps, config.minibatch_size, config.gamma, config.lam) == (32, 8, 256, 0.98, 0.8)
     assert ppo.PPOConfig(env_id="Pendulum-v1").num_steps == PRESETS["ppo"]["Pendulum-v1"]["num_steps"]
     other = ppo.PPOConfig(env_id="Acrobot-v1")
     assert (other.num_steps, other.lr_schedule, other.optimizer_eps) == (ppo.DEFAULTS["num_steps"], "linear", 1e-5)
