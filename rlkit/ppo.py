@@ -62,7 +62,7 @@ class PPOConfig:
     lr_schedule: str | None = None  # "linear" (anneal to 0 over training) or "constant"
     gamma: float | None = None
     lam: float | None = None  # GAE's lambda
-    clip_eps: float | None = None  # the ratio is clipped to [1 - clip_eps, 1 + clip_eps] (eq-ppo-clip)
+    clip_eps: float | None = None  # the ratio is clipped to [1 - clip_eps, 1 + clip_eps] (eq-ppo-clip; math.inf: never)
     clip_schedule: str | None = None  # "constant", or "linear" to 0 (rl-baselines3-zoo's CartPole)
     value_clip_eps: float | None = None  # clip the critic's change per rollout (eq-ppo-value-clip); None: plain MSE
     normalize_advantages: bool | None = None  # whiten the advantages of each minibatch
@@ -209,6 +209,8 @@ def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: FlatAdam, ro
     metrics = dict(zip(LOSS_PARTS, torch.stack(parts).mean(dim=0).tolist()))
     metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), approx_kl=kl, clip_fraction=clipped, epochs=epoch,
                    explained_variance=explained_variance(rollout.values, returns).item())
+    if agent.continuous:
+        metrics["action_std"] = agent.log_std.detach().exp().mean().item()
     return metrics
 
 

@@ -166,6 +166,8 @@ def test_continuous_policy_starts_at_the_given_spread_and_evaluates_within_the_b
     config = small_config("Pendulum-v1", total_steps=128, initial_log_std=-0.5)
     result = ppo.train(config)
     assert result.agent.continuous and result.agent.log_std.shape == (1,)
+    assert result.history[-1]["action_std"] == pytest.approx(result.agent.log_std.exp().item())
+    assert result.history[0]["action_std"] == pytest.approx(math.exp(-0.5), abs=0.02)  # one update from the start
     act = ppo.greedy_actions(result.agent, __import__("gymnasium").make("Pendulum-v1").action_space)
     result.agent.weight2.data[0].fill_(10.0)  # a mean far outside [-2, 2]
     actions = act(torch.randn(50, 3))
