@@ -30,8 +30,9 @@ from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
 from rlkit.nets import ACTIVATIONS, ActorCritic, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env
-from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_number, require, require_device,
-                            require_discrete_actions_and_flat_obs, require_sequence, scheduled, seed_everything)
+from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_finite_number, is_number, is_seed,
+                            require, require_device, require_discrete_actions_and_flat_obs, require_sequence, scheduled,
+                            seed_everything)
 
 OPTIMIZERS = ("rmsprop", "adam")
 DEFAULTS = dict(
@@ -92,11 +93,11 @@ class A2CConfig:
 
 def validate_actor_critic(config) -> None:
     """The checks A2C and A3C share: a ValueError naming the first bad field."""
-    require(isinstance(config.seed, int) and not isinstance(config.seed, bool), "seed", "an integer", config.seed)
+    require(is_seed(config.seed), "seed", "an integer in [0, 2**32)", config.seed)
     for name in ("total_steps", "num_steps"):
         require(is_count(getattr(config, name)), name, "an integer >= 1", getattr(config, name))
     for name in ("learning_rate", "gamma", "lam", "ent_coef", "vf_coef", "optimizer_eps"):
-        require(is_number(getattr(config, name)), name, "a number", getattr(config, name))
+        require(is_finite_number(getattr(config, name)), name, "a finite number", getattr(config, name))
     require(config.max_grad_norm is None or is_number(config.max_grad_norm), "max_grad_norm", "a number",
             config.max_grad_norm)
     require_device(config.device)
@@ -109,7 +110,7 @@ def validate_actor_critic(config) -> None:
     require(config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0 (math.inf: never clip)",
             config.max_grad_norm)
     require(config.optimizer_eps > 0, "optimizer_eps", "> 0", config.optimizer_eps)
-    require(all(isinstance(s, int) and s >= 1 for s in config.hidden_sizes), "hidden_sizes", "positive layer sizes",
+    require(all(is_count(size) for size in config.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
             config.hidden_sizes)
     require(config.activation in ACTIVATIONS, "activation", f"one of {sorted(ACTIVATIONS)}", config.activation)
 

@@ -76,8 +76,8 @@ class A3CConfig:
         self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
         self.adam_betas = require_sequence(self.adam_betas, "adam_betas", "two numbers in [0, 1)")
         require(is_count(self.num_workers), "num_workers", "an integer >= 1", self.num_workers)
-        validate_actor_critic(self)
         require(self.device == "cpu", "device", '"cpu" (A3C shares its model through CPU shared memory)', self.device)
+        validate_actor_critic(self)
         require(len(self.adam_betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.adam_betas), "adam_betas",
                 "two numbers in [0, 1)", self.adam_betas)
         require(not self.normalize_advantages or self.num_steps >= 2, "normalize_advantages",
@@ -134,7 +134,7 @@ def run_worker(rank: int, config: A3CConfig, run: SharedRun, errors) -> None:
 def worker_loop(rank: int, config: A3CConfig, run: SharedRun) -> None:
     """One worker: play, compute the loss on a local copy, apply its gradient to the shared model, copy back."""
     torch.set_num_threads(1)
-    seed = config.seed * 1_000 + rank
+    seed = (config.seed * 1_000 + rank) % 2**32  # a valid Gymnasium seed for every valid config.seed
     torch.manual_seed(seed)
     envs = make_vector_env(config.env_id, 1)
     local = make_agent(config, envs)

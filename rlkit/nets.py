@@ -273,7 +273,7 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
 
 
 class FlatAdam:
-    """Adam (Kingma & Ba, 2015) for one flat parameter (``flatten_parameters``), in seven in-place operations.
+    """Adam (Kingma & Ba, 2015) for one flat parameter (``flatten_parameters``), in seven tensor operations.
 
     The same arithmetic as ``torch.optim.Adam`` (``tests/test_nets.py`` compares them step by step), without
     its per-call machinery (hooks, parameter groups, state dicts), which costs more than the arithmetic itself

@@ -23,7 +23,6 @@ the action bounds only for the environment.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -35,14 +34,16 @@ from rlkit.losses import approx_kl, clip_fraction, clipped_policy_loss, clipped_
 from rlkit.nets import ActorCritic, FlatAdam, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import BATCHED_ENVS, Rollout, RolloutCollector, make_vector_env, require_registered
-from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_number, require, require_sequence,
+from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_finite_number, is_number, require,
+                            require_sequence,
                             scheduled, seed_everything)
 
-# CleanRL's ppo.py defaults (Atari-independent ones), for environments without a preset.
+# CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for environments
+# without a preset.
 DEFAULTS = dict(
     total_steps=500_000, num_envs=4, num_steps=128, minibatch_size=128, num_epochs=4, learning_rate=2.5e-4,
-    lr_schedule="linear", gamma=0.99, lam=0.95, clip_eps=0.2, clip_schedule="constant", value_clip_eps=None,
-    normalize_advantages=True, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, optimizer_eps=1e-5,
+    lr_schedule="linear", gamma=0.99, lam=0.95, clip_eps=0.2, clip_schedule="constant", value_clip_eps=0.2,
+    normalize_advantages=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, optimizer_eps=1e-5,
     hidden_sizes=(64, 64), activation="tanh", initial_log_std=None, batched_env=False,
 )
 
@@ -53,7 +54,7 @@ class PPOConfig:
 
     env_id: str = "CartPole-v1"
     seed: int = 0
-    total_steps: int | None = None  # environment steps, all copies together
+    total_steps: int | None = None  # environment steps, all copies together (rounded down to whole rollouts)
     num_envs: int | None = None  # copies stepped in lockstep
     num_steps: int | None = None  # steps per copy per rollout
     minibatch_size: int | None = None  # transitions per gradient step; must divide num_envs * num_steps
@@ -69,7 +70,7 @@ class PPOConfig:
     ent_coef: float | None = None  # weight of the entropy bonus
     vf_coef: float | None = None  # weight of the value loss, which is 0.5 * squared error (CleanRL's scale)
     max_grad_norm: float | None = None  # clip the global gradient norm (math.inf: never)
-    target_kl: float | None = None  # stop the epochs of a rollout once approx-KL exceeds it (None: never)
+    target_kl: float | None = None  # stop after an epoch that leaves approx-KL on the rollout above it (None: never)
     optimizer_eps: float | None = None  # Adam's eps (1e-5, not PyTorch's 1e-8)
     hidden_sizes: tuple[int, ...] | None = None  # of both the policy and the value network (no shared layers)
     activation: str | None = None
@@ -91,12 +92,15 @@ class PPOConfig:
 
     @property
     def num_updates(self) -> int:
-        return math.ceil(self.total_steps / self.batch_size)
+        """Whole rollouts within ``total_steps`` (CleanRL's count): training never exceeds the step budget."""
+        return self.total_steps // self.batch_size
 
     def _validate(self) -> None:
         validate_actor_critic(self)
         for name in ("num_envs", "minibatch_size", "num_epochs"):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(self.total_steps >= self.batch_size, "total_steps",
+                f">= num_envs * num_steps = {self.batch_size} (one rollout)", self.total_steps)
         require(self.minibatch_size <= self.batch_size and self.batch_size % self.minibatch_size == 0, "minibatch_size",
                 f"a divisor of num_envs * num_steps = {self.batch_size}", self.minibatch_size)
         require(is_number(self.clip_eps) and self.clip_eps > 0, "clip_eps", "a number > 0", self.clip_eps)
@@ -109,7 +113,8 @@ class PPOConfig:
                 self.normalize_advantages)
         require(not self.normalize_advantages or self.minibatch_size >= 2, "normalize_advantages",
                 "False when minibatch_size < 2 (whitening needs two advantages)", self.normalize_advantages)
-        require(self.initial_log_std is None or is_number(self.initial_log_std), "initial_log_std", "None or a number",
+        require(self.initial_log_std is None or is_finite_number(self.initial_log_std), "initial_log_std",
+                "None or a finite number",
                 self.initial_log_std)
         require(isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env)
         require(not self.batched_env or self.env_id in BATCHED_ENVS, "batched_env",
@@ -122,8 +127,8 @@ def make_agent(config: PPOConfig, envs: gym.vector.VectorEnv) -> ActorCritic:
     require(isinstance(observations, gym.spaces.Box) and len(observations.shape) == 1, "env_id",
             "an environment with flat Box observations", f"{config.env_id} with {observations}")
     continuous = isinstance(actions, gym.spaces.Box)
-    require(continuous and len(actions.shape) == 1 or isinstance(actions, gym.spaces.Discrete), "env_id",
-            "an environment with Discrete or flat Box actions", f"{config.env_id} with {actions}")
+    require(continuous and len(actions.shape) == 1 or isinstance(actions, gym.spaces.Discrete) and actions.start == 0,
+            "env_id", "an environment with Discrete (from 0) or flat Box actions", f"{config.env_id} with {actions}")
     require(continuous or config.initial_log_std is None, "initial_log_std",
             f"None for {config.env_id}, whose actions are discrete (it sets a Gaussian's spread)", config.initial_log_std)
     action_dim = int(actions.shape[0]) if continuous else int(actions.n)
@@ -160,7 +165,7 @@ def minibatches(batch: Batch, minibatch_size: int, generator: torch.Generator):
     if minibatch_size == len(batch):  # one minibatch per epoch: its order changes no mean, so skip the gather
         yield batch
         return
-    permutation = torch.randperm(len(batch), generator=generator)
+    permutation = torch.randperm(len(batch), generator=generator).to(batch.obs.device)
     for start in range(0, len(batch), minibatch_size):
         yield batch.take(permutation[start:start + minibatch_size])
 
@@ -187,7 +192,8 @@ def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: FlatAdam, ro
     """``num_epochs`` passes of minibatch gradient steps on one rollout; the metrics of the update.
 
     The losses and the gradient norm are averaged over the steps; approx-KL and the clip fraction compare
-    the policy after the update with ``pi_old`` on the whole rollout.
+    the policy after the update with ``pi_old`` on the whole rollout (SB3 averages them over the minibatches,
+    before each step). With ``target_kl``, the same measurement after each epoch can end the update early.
     """
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     batch = Batch.from_rollout(rollout, advantages, returns)
@@ -203,9 +209,10 @@ def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: FlatAdam, ro
             grad_norms.append(clip_gradients(flat, config.max_grad_norm))
             optimizer.step()
             parts.append(loss_parts)
-        if config.target_kl is not None and policy_change(agent, minibatch, clip_eps)[0] > config.target_kl:
+        change = None if config.target_kl is None else policy_change(agent, batch, clip_eps)
+        if change is not None and change[0] > config.target_kl:
             break  # the policy moved too far from pi_old: stop reusing this rollout
-    kl, clipped = policy_change(agent, batch, clip_eps)
+    kl, clipped = change or policy_change(agent, batch, clip_eps)
     metrics = dict(zip(LOSS_PARTS, torch.stack(parts).mean(dim=0).tolist()))
     metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), approx_kl=kl, clip_fraction=clipped, epochs=epoch,
                    explained_variance=explained_variance(rollout.values, returns).item())
@@ -231,18 +238,20 @@ def train(config: PPOConfig) -> TrainResult:
     collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
     generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
     history = []
-    for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"PPO {config.env_id}"):
-        progress = index / config.num_updates
-        learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
-        clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
-        optimizer.lr = learning_rate
-        rollout = collector.collect()
-        row = {"step": collector.env_steps, "learning_rate": learning_rate, "clip_eps": clip_eps,
-               **update(agent, flat, optimizer, rollout, config, clip_eps, generator)}
-        if rollout.episode_returns:
-            row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
-        history.append(row)
-    envs.close()
+    try:
+        for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"PPO {config.env_id}"):
+            progress = index / config.num_updates
+            learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
+            clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
+            optimizer.lr = learning_rate
+            rollout = collector.collect()
+            row = {"step": collector.env_steps, "learning_rate": learning_rate, "clip_eps": clip_eps,
+                   **update(agent, flat, optimizer, rollout, config, clip_eps, generator)}
+            if rollout.episode_returns:
+                row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
+            history.append(row)
+    finally:
+        envs.close()
     return TrainResult(config, agent, history, critic=ValueView(agent))
 
 

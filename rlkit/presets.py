@@ -39,7 +39,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "CartPole-v1": dict(
             total_steps=100_000, num_envs=32, num_steps=8, minibatch_size=256, num_epochs=10, learning_rate=1e-3,
             lr_schedule="linear", gamma=0.98, lam=0.8, clip_eps=0.2, clip_schedule="linear", ent_coef=0.0,
-            vf_coef=1.0, max_grad_norm=0.5, normalize_advantages=True, hidden_sizes=(64, 64),
+            vf_coef=1.0, value_clip_eps=None, max_grad_norm=0.5, normalize_advantages=True, hidden_sizes=(64, 64),
             batched_env=True,  # rlkit's batched CartPole: same transitions as Gymnasium's, fewer operations
         ),
         # rl-baselines3-zoo's Pendulum-v1 PPO without its state-dependent exploration (gSDE), for 200k steps
@@ -48,7 +48,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "Pendulum-v1": dict(
             total_steps=200_000, num_envs=4, num_steps=1024, minibatch_size=64, num_epochs=10, learning_rate=1e-3,
             lr_schedule="constant", gamma=0.9, lam=0.95, clip_eps=0.2, clip_schedule="constant", ent_coef=0.0,
-            vf_coef=1.0, max_grad_norm=0.5, normalize_advantages=True, hidden_sizes=(64, 64),
+            vf_coef=1.0, value_clip_eps=None, max_grad_norm=0.5, normalize_advantages=True, hidden_sizes=(64, 64),
         ),
     },
     "reinforce": {

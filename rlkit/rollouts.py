@@ -57,7 +57,7 @@ def require_registered(env_id: str) -> None:
         if ":" in env_id:  # "module:EnvId-v0": Gymnasium imports the module, which registers the env
             importlib.import_module(env_id.split(":")[0])
         gym.spec(env_id.split(":")[-1])
-    except (gym.error.Error, ImportError) as error:
+    except (gym.error.Error, ImportError, ValueError) as error:
         raise ValueError(f"env_id must be a registered gymnasium environment, got {env_id!r} ({error})") from None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,16 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_finite_number(value: Any) -> bool:
+    """A real number that is neither infinite nor NaN."""
+    return is_number(value) and math.isfinite(value)
+
+
+def is_seed(value: Any) -> bool:
+    """An integer Gymnasium and NumPy accept as a seed: 0 <= seed < 2**32."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+
+
 def is_count(value: Any) -> bool:
     """An integer >= 1 (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
@@ -58,11 +69,14 @@ def require_sequence(value: Any, field_name: str, allowed: str) -> tuple:
 
 
 def require_device(device: Any) -> None:
-    """A ValueError naming ``device`` unless torch can parse it ("cpu", "cuda", "cuda:1", "mps", ...)."""
+    """A ValueError naming ``device`` unless it is "cpu", or a CUDA or MPS device this machine has."""
     try:
-        torch.device(device)
+        kind = torch.device(device).type
     except (RuntimeError, TypeError):
         raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    require(available.get(kind, False), "device", f"'cpu' or an available device (CUDA: {available['cuda']}, "
+            f"MPS: {available['mps']})", device)
 
 
 def require_discrete_actions_and_flat_obs(env_id: str, action_space, observation_space, algorithm: str) -> None:

@@ -133,7 +133,7 @@ def test_linear_learning_rate_schedule_decays_to_zero():
     ("hidden_sizes", 64, "hidden_sizes must be a list or tuple"),
     ("num_envs", True, "num_envs must be an integer >= 1"),
     ("seed", 1.5, "seed must be an integer"),
-    ("gamma", "0.99", "gamma must be a number"),
+    ("gamma", "0.99", "gamma must be a finite number"),
     ("device", "gpu", "device must be a torch device"),
     ("batched_env", "no", "batched_env must be True or False"),
     ("max_grad_norm", -1.0, r"max_grad_norm must be > 0 \(math.inf: never clip\)"),

@@ -90,9 +90,10 @@ def test_update_equals_a_plain_pytorch_ppo_loop(env_id, overrides):
     agent, rollout = collect_one(config)
     reference, initial = copy.deepcopy(agent), [p.detach().clone() for p in agent.parameters()]
     flat = flatten_parameters(agent)
-    metrics = ppo.update(agent, flat, FlatAdam(flat, config.learning_rate, eps=1e-5), rollout, config, 0.2,
+    # the scheduled clip range (0.1) is not the config's (0.2): the update must use the one it is given
+    metrics = ppo.update(agent, flat, FlatAdam(flat, config.learning_rate, eps=1e-5), rollout, config, 0.1,
                          torch.Generator().manual_seed(config.seed))
-    reference_update(reference, rollout, config, 0.2)
+    reference_update(reference, rollout, config, 0.1)
     for (name, ours), theirs in zip(agent.named_parameters(), reference.parameters()):
         torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-4, msg=name)
     assert all(not torch.equal(before, after) for before, after in zip(initial, agent.parameters()))
@@ -147,9 +148,12 @@ def test_training_is_reproducible_and_logs_the_diagnostics():
     assert any(row["clip_fraction"] > 0 for row in first.history)
 
 
-def test_learning_rate_and_clip_range_anneal_linearly():
+def test_learning_rate_and_clip_range_anneal_linearly(monkeypatch):
+    used_rates, adam_step = [], FlatAdam.step
+    monkeypatch.setattr(FlatAdam, "step", lambda self: (used_rates.append(self.lr), adam_step(self))[1])
     config = small_config(total_steps=640, clip_schedule="linear")
     history = ppo.train(config).history
+    assert used_rates == [row["learning_rate"] for row in history for _ in range(16)]  # 4 epochs x 4 minibatches
     fractions = [1 - index / 10 for index in range(10)]
     assert [row["learning_rate"] for row in history] == pytest.approx([3e-4 * f for f in fractions])
     assert [row["clip_eps"] for row in history] == pytest.approx([0.2 * f for f in fractions])
@@ -181,15 +185,17 @@ def test_presets_fill_only_the_fields_left_out():
     assert config.num_epochs == 5 and config.total_steps == cartpole["total_steps"] == 100_000
     assert (config.num_envs, config.num_steps, config.minibatch_size, config.gamma, config.lam) == (32, 8, 256, 0.98, 0.8)
     assert ppo.PPOConfig(env_id="Pendulum-v1").num_steps == PRESETS["ppo"]["Pendulum-v1"]["num_steps"]
-    other = ppo.PPOConfig(env_id="Acrobot-v1")
-    assert (other.num_steps, other.lr_schedule, other.optimizer_eps) == (ppo.DEFAULTS["num_steps"], "linear", 1e-5)
+    other = ppo.PPOConfig(env_id="Acrobot-v1")  # no preset: CleanRL's defaults
+    assert (other.num_steps, other.minibatch_size, other.lr_schedule, other.optimizer_eps) == (128, 128, "linear", 1e-5)
+    assert (other.value_clip_eps, other.ent_coef) == (0.2, 0.01)
+    assert config.value_clip_eps is None  # the presets leave value clipping off
 
 
 BAD_CONFIGS = [
     (dict(clip_eps=-0.1), "clip_eps"),
     (dict(clip_eps=0), "clip_eps"),
     (dict(num_epochs=0), "num_epochs"),
-    (dict(minibatch_size=512), "minibatch_size"),  # larger than the rollout of 8 x 32
+    (dict(minibatch_size=512), "minibatch_size"),  # larger than the rollout of 32 x 8
     (dict(minibatch_size=100), "minibatch_size"),  # does not divide it
     (dict(env_id="NoSuchEnv-v0"), "env_id"),
     (dict(env_id="Pendulum-v1", batched_env=True), "batched_env"),  # a CartPole-only option
@@ -214,6 +220,14 @@ BAD_CONFIGS = [
     (dict(seed=1.5), "seed"),
     (dict(device="gpu"), "device"),
     (dict(initial_log_std="wide"), "initial_log_std"),
+    (dict(env_id="Pendulum-v1", initial_log_std=float("nan")), "initial_log_std"),
+    (dict(seed=-1), "seed"),
+    (dict(seed=2**32), "seed"),
+    (dict(hidden_sizes=(True,)), "hidden_sizes"),
+    (dict(learning_rate=float("inf")), "learning_rate"),
+    (dict(ent_coef=float("nan")), "ent_coef"),
+    (dict(total_steps=100), "total_steps"),  # less than one rollout
+    (dict(env_id=":CartPole-v1"), "env_id"),
 ]
 
 
@@ -221,6 +235,12 @@ BAD_CONFIGS = [
 def test_bad_configs_raise_a_value_error_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=rf"^{field} must be"):
         ppo.PPOConfig(**overrides)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_a_device_this_machine_lacks_is_refused():
+    with pytest.raises(ValueError, match="^device must be 'cpu' or an available device"):
+        ppo.PPOConfig(device="cuda")
 
 
 def test_options_that_do_not_fit_the_environment_are_refused_before_training():
