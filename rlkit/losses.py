@@ -170,6 +170,8 @@ def clip_fraction(
 ) -> torch.Tensor:
     """Diagnostic: fraction of valid entries whose ratio lies outside ``[1 - eps, 1 + eps_high]``."""
     _check_same_shape("logprobs", logprobs, old_logprobs=old_logprobs, mask=mask)
+    _check_clip("clip_eps", clip_eps)
+    _check_clip("clip_eps_high", clip_eps_high)
     high = clip_eps if clip_eps_high is None else clip_eps_high
     with torch.no_grad():
         ratio = torch.exp(logprobs - old_logprobs)
