@@ -35,8 +35,7 @@ from rlkit.nets import ActorCritic, FlatAdam, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import BATCHED_ENVS, Rollout, RolloutCollector, make_vector_env, require_registered
 from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_finite_number, is_number, require,
-                            require_sequence,
-                            scheduled, seed_everything)
+                            require_sequence, scheduled, seed_everything)
 
 # CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for environments
 # without a preset.
@@ -232,13 +231,13 @@ def train(config: PPOConfig) -> TrainResult:
     """Train PPO on ``config.env_id``; one history row per rollout. ``result.agent`` is the ``ActorCritic``."""
     seed_everything(config.seed)
     envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
-    agent = make_agent(config, envs)
-    flat = flatten_parameters(agent)
-    optimizer = FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps)
-    collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
-    generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
-    history = []
     try:
+        agent = make_agent(config, envs)
+        flat = flatten_parameters(agent)
+        optimizer = FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps)
+        collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
+        generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
+        history = []
         for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"PPO {config.env_id}"):
             progress = index / config.num_updates
             learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
