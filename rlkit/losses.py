@@ -10,6 +10,7 @@ import torch
 
 __all__ = [
     "masked_mean",
+    "zero_padding",
     "masked_whiten",
     "policy_gradient_loss",
     "clipped_policy_loss",
@@ -37,21 +38,32 @@ def _check_clip(name: str, value: float | None) -> None:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
 
+def zero_padding(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``x`` with its padded entries (mask 0) set to 0, *before* any arithmetic touches them.
+
+    Padding can hold anything (a log-ratio of 100, ``inf``, ``nan``): multiplying by the mask afterwards
+    gives ``inf * 0 = nan``, in the loss and in the gradient. Selecting with ``torch.where`` does not.
+    """
+    return x if mask is None else torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None) -> torch.Tensor:
     """Mean of ``x`` over the entries where ``mask`` is 1 (all entries when ``mask`` is None).
 
     With ``dim``, a row with no valid entry has mean 0 (so padding-only rows add nothing to a loss).
+    Whatever the padding holds never reaches the result or the gradient (``zero_padding``).
     """
     if mask is None:
         return x.mean() if dim is None else x.mean(dim=dim)
     _check_same_shape("x", x, mask=mask)
+    valid_sum = zero_padding(x, mask)
     mask = mask.to(x.dtype)
     if dim is None:
         count = mask.sum()
         if count == 0:
             raise ValueError("mask has no valid entries: the mean over them is undefined")
-        return (x * mask).sum() / count
-    return (x * mask).sum(dim=dim) / mask.sum(dim=dim).clamp_min(1.0)
+        return valid_sum.sum() / count
+    return valid_sum.sum(dim=dim) / mask.sum(dim=dim).clamp_min(1.0)
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
@@ -59,6 +71,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float 
 
     Entries where the mask is 0 come back as 0. Used to normalise advantages per minibatch.
     """
+    x = zero_padding(x, mask)
     mean = masked_mean(x, mask)
     centred = x - mean
     count = x.numel() if mask is None else mask.sum()
@@ -78,7 +91,7 @@ def policy_gradient_loss(
     a critic must never learn through the actor's loss.
     """
     _check_same_shape("logprobs", logprobs, advantages=advantages, mask=mask)
-    return -masked_mean(logprobs * advantages.detach(), mask)
+    return -masked_mean(zero_padding(logprobs, mask) * zero_padding(advantages.detach(), mask), mask)
 
 
 def clipped_policy_loss(
@@ -99,8 +112,8 @@ def clipped_policy_loss(
     _check_clip("clip_eps", clip_eps)
     _check_clip("clip_eps_high", clip_eps_high)
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    advantages = advantages.detach()
-    ratio = torch.exp(logprobs - old_logprobs.detach())
+    advantages = zero_padding(advantages.detach(), mask)
+    ratio = torch.exp(zero_padding(logprobs - old_logprobs.detach(), mask))
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
     return masked_mean(torch.maximum(unclipped, clipped), mask)
@@ -119,7 +132,8 @@ def clipped_value_loss(
     """
     _check_same_shape("values", values, old_values=old_values, returns=returns, mask=mask)
     _check_clip("clip_eps", clip_eps)
-    returns = returns.detach()
+    values, returns = zero_padding(values, mask), zero_padding(returns.detach(), mask)
+    old_values = zero_padding(old_values, mask)
     squared_error = (values - returns) ** 2
     if clip_eps is not None:
         old_values = old_values.detach()
@@ -158,7 +172,7 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = 
 def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Diagnostic: k3 estimate of KL(pi_old || pi) over the rollout's samples, as PPO implementations log it."""
     with torch.no_grad():
-        return masked_mean(kl_estimate(old_logprobs, logprobs, "k3"), mask)
+        return masked_mean(kl_estimate(zero_padding(old_logprobs, mask), zero_padding(logprobs, mask), "k3"), mask)
 
 
 def clip_fraction(
@@ -174,7 +188,7 @@ def clip_fraction(
     _check_clip("clip_eps_high", clip_eps_high)
     high = clip_eps if clip_eps_high is None else clip_eps_high
     with torch.no_grad():
-        ratio = torch.exp(logprobs - old_logprobs)
+        ratio = torch.exp(zero_padding(logprobs - old_logprobs, mask))
         outside = (ratio < 1.0 - clip_eps) | (ratio > 1.0 + high)
         return masked_mean(outside.to(logprobs.dtype), mask)
 
@@ -183,6 +197,7 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     """Diagnostic: ``1 - Var[R - V] / Var[R]`` over valid entries (1 is perfect, <= 0 is no better than a constant)."""
     _check_same_shape("values", values, returns=returns, mask=mask)
     with torch.no_grad():
+        values, returns = zero_padding(values, mask), zero_padding(returns, mask)
         returns_variance = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
         residual = returns - values
         residual_variance = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)

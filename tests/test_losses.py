@@ -200,3 +200,45 @@ def test_approx_kl_is_k3_of_old_against_new_and_explained_variance_bounds():
 def test_bad_input_raises_a_value_error_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+@pytest.mark.parametrize("garbage", [100.0, float("inf"), float("-inf"), float("nan")])
+def test_garbage_on_padding_reaches_neither_a_loss_nor_a_gradient(garbage):
+    """Padding holds anything in practice (a log-prob of a pad token, a value read past the EOS): the masked
+    losses and diagnostics must equal the ones computed with zeros there, with finite gradients that are 0 there."""
+    torch.manual_seed(0)
+    mask = right_padded_mask(4, 6, seed=2).float()
+    padding = ~mask.bool()
+
+    def inputs(fill):
+        tensors = [torch.randn(4, 6) for _ in range(5)]
+        for tensor in tensors:
+            tensor[padding] = fill
+        return [tensor.requires_grad_() for tensor in tensors]
+
+    def results(tensors):
+        logprobs, old_logprobs, advantages, values, returns = tensors
+        return {
+            "masked_mean": masked_mean(logprobs, mask),
+            "masked_mean_rows": masked_mean(logprobs, mask, dim=1).sum(),
+            "masked_whiten": masked_whiten(advantages, mask).square().sum(),
+            "policy_gradient_loss": policy_gradient_loss(logprobs, advantages, mask),
+            "clipped_policy_loss": clipped_policy_loss(logprobs, old_logprobs, advantages, 0.2, mask),
+            "clipped_value_loss": clipped_value_loss(values, old_logprobs, returns, 0.2, mask),
+            "approx_kl": approx_kl(logprobs, old_logprobs, mask),
+            "clip_fraction": clip_fraction(logprobs, old_logprobs, 0.2, mask),
+            "explained_variance": explained_variance(values, returns, mask),
+        }
+
+    dirty, clean = inputs(garbage), inputs(0.0)
+    for tensor_dirty, tensor_clean in zip(dirty, clean):  # the same valid entries
+        tensor_clean.data[~padding] = tensor_dirty.data[~padding]
+    dirty_results, clean_results = results(dirty), results(clean)
+    for name, value in dirty_results.items():
+        torch.testing.assert_close(value, clean_results[name], msg=name)
+        if value.requires_grad:
+            gradients = torch.autograd.grad(value, [t for t in dirty if t.requires_grad], allow_unused=True)
+            for gradient in gradients:
+                if gradient is not None:
+                    assert torch.isfinite(gradient).all(), name
+                    assert torch.all(gradient[padding] == 0), name
