@@ -193,11 +193,11 @@ class ActorCritic(nn.Module):
 
     @classmethod
     def for_spaces(cls, observation_space, action_space, hidden_sizes: Sequence[int] = (64, 64),
-                   activation: str = "tanh") -> "ActorCritic":
+                   activation: str = "tanh", initial_log_std: float = 0.0) -> "ActorCritic":
         """A categorical policy for ``Discrete`` actions, a Gaussian one for ``Box`` actions."""
         continuous = not hasattr(action_space, "n")
         action_dim = int(action_space.shape[0]) if continuous else int(action_space.n)
-        return cls(int(observation_space.shape[0]), action_dim, hidden_sizes, activation, continuous)
+        return cls(int(observation_space.shape[0]), action_dim, hidden_sizes, activation, continuous, initial_log_std)
 
     @property
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -130,10 +130,8 @@ def make_agent(config: PPOConfig, envs: gym.vector.VectorEnv) -> ActorCritic:
             "env_id", "an environment with Discrete (from 0) or flat Box actions", f"{config.env_id} with {actions}")
     require(continuous or config.initial_log_std is None, "initial_log_std",
             f"None for {config.env_id}, whose actions are discrete (it sets a Gaussian's spread)", config.initial_log_std)
-    action_dim = int(actions.shape[0]) if continuous else int(actions.n)
     log_std = 0.0 if config.initial_log_std is None else config.initial_log_std
-    return ActorCritic(int(observations.shape[0]), action_dim, config.hidden_sizes, config.activation, continuous,
-                       log_std).to(config.device)
+    return ActorCritic.for_spaces(observations, actions, config.hidden_sizes, config.activation, log_std).to(config.device)
 
 
 @dataclass
