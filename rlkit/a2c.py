@@ -23,14 +23,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from rlkit.advantages import gae
 from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
 from rlkit.nets import ACTIVATIONS, ActorCritic, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env
-from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_finite_number, is_number, is_seed,
+from rlkit.training import (SCHEDULES, Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
                             require, require_device, require_discrete_actions_and_flat_obs, require_sequence, scheduled,
                             seed_everything)
 
@@ -183,26 +182,59 @@ def make_agent(config, envs) -> ActorCritic:
                                   config.activation).to(config.device)
 
 
-def train(config: A2CConfig) -> TrainResult:
-    """Train A2C on ``config.env_id``; one history row per update. ``result.agent`` is the ``ActorCritic``."""
-    seed_everything(config.seed)
-    envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
-    agent = make_agent(config, envs)
-    flat = flatten_parameters(agent)
-    optimizer = make_optimizer([flat], config)
-    collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
-    history = []
-    for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"A2C {config.env_id}"):
-        learning_rate = scheduled(config.learning_rate, config.lr_schedule, index / config.num_updates)
-        for group in optimizer.param_groups:
+class A2CTrainer(Trainer):
+    """A2C's training, one rollout and one gradient step per update (``train`` runs it to the end)."""
+
+    algorithm = "a2c"
+
+    def __init__(self, config: A2CConfig):
+        super().__init__(config)
+        seed_everything(config.seed)
+        self.envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
+        try:
+            self.agent = make_agent(config, self.envs)
+            self.flat = flatten_parameters(self.agent)
+            self.optimizer = make_optimizer([self.flat], config)
+            self.collector = RolloutCollector(self.envs, self.agent, config.num_steps, config.gamma, config.seed)
+        except BaseException:
+            self.envs.close()
+            raise
+
+    @property
+    def num_updates(self) -> int:
+        return self.config.num_updates
+
+    def _update(self) -> dict[str, float]:
+        config = self.config
+        learning_rate = scheduled(config.learning_rate, config.lr_schedule, self.updates_done / config.num_updates)
+        for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
-        rollout = collector.collect()
-        row = {"step": collector.env_steps, "learning_rate": learning_rate, **update(agent, flat, optimizer, rollout, config)}
+        rollout = self.collector.collect()
+        row = {"step": self.collector.env_steps, "learning_rate": learning_rate,
+               **update(self.agent, self.flat, self.optimizer, rollout, config)}
         if rollout.episode_returns:
             row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
-        history.append(row)
-    envs.close()
-    return TrainResult(config, agent, history, critic=ValueView(agent))
+        return row
+
+    def _state(self) -> dict:
+        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "collector": self.collector.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.collector.load_state_dict(state["collector"])
+
+    def result(self) -> TrainResult:
+        return TrainResult(self.config, self.agent, self.history, critic=ValueView(self.agent))
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def train(config: A2CConfig) -> TrainResult:
+    """Train A2C on ``config.env_id``; one history row per update. ``result.agent`` is the ``ActorCritic``."""
+    return fit(A2CTrainer(config), config.progress)
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:

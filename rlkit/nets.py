@@ -298,3 +298,12 @@ class FlatAdam:
 
     def zero_grad(self) -> None:
         self.flat.grad.zero_()
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "steps": self.steps,
+                "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lr, self.betas, self.eps, self.steps = state["lr"], tuple(state["betas"]), state["eps"], state["steps"]
+        self.exp_avg.copy_(state["exp_avg"])
+        self.exp_avg_sq.copy_(state["exp_avg_sq"])

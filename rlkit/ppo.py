@@ -27,14 +27,13 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import torch
-from tqdm.auto import tqdm
 
 from rlkit.a2c import advantages_and_returns, clip_gradients, validate_actor_critic
 from rlkit.losses import approx_kl, clip_fraction, clipped_policy_loss, clipped_value_loss, explained_variance, masked_whiten
 from rlkit.nets import ActorCritic, FlatAdam, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import BATCHED_ENVS, Rollout, RolloutCollector, make_vector_env, require_registered
-from rlkit.training import (SCHEDULES, TrainResult, greedy_returns, is_count, is_finite_number, is_number, require,
+from rlkit.training import (SCHEDULES, Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, require,
                             require_sequence, scheduled, seed_everything)
 
 # CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for environments
@@ -225,31 +224,61 @@ def policy_change(agent: ActorCritic, batch: Batch, clip_eps: float) -> tuple[fl
         return approx_kl(logprobs, batch.logprobs).item(), clip_fraction(logprobs, batch.logprobs, clip_eps).item()
 
 
+class PPOTrainer(Trainer):
+    """PPO's training, one rollout and its epochs of minibatch steps per update (``train`` runs it to the end)."""
+
+    algorithm = "ppo"
+
+    def __init__(self, config: PPOConfig):
+        super().__init__(config)
+        seed_everything(config.seed)
+        self.envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
+        try:
+            self.agent = make_agent(config, self.envs)
+            self.flat = flatten_parameters(self.agent)
+            self.optimizer = FlatAdam(self.flat, lr=config.learning_rate, eps=config.optimizer_eps)
+            self.collector = RolloutCollector(self.envs, self.agent, config.num_steps, config.gamma, config.seed)
+        except BaseException:
+            self.envs.close()
+            raise
+        self.generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
+
+    @property
+    def num_updates(self) -> int:
+        return self.config.num_updates
+
+    def _update(self) -> dict[str, float]:
+        config, progress = self.config, self.updates_done / self.config.num_updates
+        learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
+        clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
+        self.optimizer.lr = learning_rate
+        rollout = self.collector.collect()
+        row = {"step": self.collector.env_steps, "learning_rate": learning_rate, "clip_eps": clip_eps,
+               **update(self.agent, self.flat, self.optimizer, rollout, config, clip_eps, self.generator)}
+        if rollout.episode_returns:
+            row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
+        return row
+
+    def _state(self) -> dict:
+        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "shuffle_rng": self.generator.get_state(), "collector": self.collector.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        self.agent.load_state_dict(state["agent"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["shuffle_rng"])
+        self.collector.load_state_dict(state["collector"])
+
+    def result(self) -> TrainResult:
+        return TrainResult(self.config, self.agent, self.history, critic=ValueView(self.agent))
+
+    def close(self) -> None:
+        self.envs.close()
+
+
 def train(config: PPOConfig) -> TrainResult:
     """Train PPO on ``config.env_id``; one history row per rollout. ``result.agent`` is the ``ActorCritic``."""
-    seed_everything(config.seed)
-    envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
-    try:
-        agent = make_agent(config, envs)
-        flat = flatten_parameters(agent)
-        optimizer = FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps)
-        collector = RolloutCollector(envs, agent, config.num_steps, config.gamma, config.seed)
-        generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
-        history = []
-        for index in tqdm(range(config.num_updates), disable=not config.progress, desc=f"PPO {config.env_id}"):
-            progress = index / config.num_updates
-            learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
-            clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
-            optimizer.lr = learning_rate
-            rollout = collector.collect()
-            row = {"step": collector.env_steps, "learning_rate": learning_rate, "clip_eps": clip_eps,
-                   **update(agent, flat, optimizer, rollout, config, clip_eps, generator)}
-            if rollout.episode_returns:
-                row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
-            history.append(row)
-    finally:
-        envs.close()
-    return TrainResult(config, agent, history, critic=ValueView(agent))
+    return fit(PPOTrainer(config), config.progress)
 
 
 def greedy_actions(agent: ActorCritic, action_space: gym.Space):

@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlkit.checkpoint import env_state, load_env_state
 from rlkit.envs.cartpole import BatchedCartPole
 from rlkit.nets import ActorCritic
 from rlkit.training import require
@@ -97,6 +98,17 @@ class RolloutCollector:
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(array, dtype=torch.float32, device=self.device)
+
+    def state_dict(self) -> dict:
+        """What the next rollout continues from: the envs' state, the current observations, the running episodes."""
+        return {"envs": env_state(self.envs), "obs": self.obs.cpu(), "running_return": torch.from_numpy(self.running_return.copy()),
+                "running_length": torch.from_numpy(self.running_length.copy()), "env_steps": self.env_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        load_env_state(self.envs, state["envs"])
+        self.obs = state["obs"].to(self.device)
+        self.running_return, self.running_length = state["running_return"].numpy().copy(), state["running_length"].numpy().copy()
+        self.env_steps = state["env_steps"]
 
     def collect(self) -> Rollout:
         """Play ``num_steps`` steps in every copy with the current policy (no gradients)."""

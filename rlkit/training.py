@@ -12,7 +12,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from tqdm.auto import tqdm
+
 import rlkit.envs  # noqa: F401  (registers the rlkit/ environments)
+from rlkit.checkpoint import CheckpointError, global_rng_state, set_global_rng_state
 
 
 @dataclass
@@ -120,3 +123,85 @@ def scheduled(initial: float, schedule: str, progress: float) -> float:
     """A hyperparameter's value after ``progress`` (0 to 1) of training: constant, or linear from ``initial`` to 0."""
     require(schedule in SCHEDULES, "schedule", f"one of {SCHEDULES}", schedule)
     return initial if schedule == "constant" else initial * (1.0 - progress)
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, a gradient norm or another logged quantity turned NaN or infinite."""
+
+
+class Trainer:
+    """An algorithm's training as a sequence of updates, with a state that can be saved between any two.
+
+    A subclass builds everything in ``__init__`` (seeding first), does one update in ``_update`` (returning
+    its history row), and lists what the next update depends on in ``_state`` / ``_load_state``.
+    ``train(config)`` is ``fit(Trainer(config))``; the command line (``rlkit.runs``) adds checkpoints.
+    """
+
+    algorithm = ""
+
+    def __init__(self, config):
+        self.config = config
+        self.updates_done = 0
+        self.history: list[dict[str, float]] = []
+
+    @property
+    def num_updates(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def finished(self) -> bool:
+        return self.updates_done >= self.num_updates
+
+    def run_update(self) -> dict[str, float]:
+        """One update; its history row. A non-finite quantity stops training (``TrainingDiverged``)."""
+        row = self._update()
+        bad = [name for name, value in row.items() if not math.isfinite(value)]
+        if bad:
+            raise TrainingDiverged(f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
+                                   f"({self.algorithm}, {self.config.env_id}, seed {self.config.seed})")
+        self.updates_done += 1
+        self.history.append(row)
+        return row
+
+    def _update(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """Everything the next update depends on, as plain tensors and numbers (``torch.load(weights_only=True)``)."""
+        return {"algorithm": self.algorithm, "updates_done": self.updates_done, "history": self.history,
+                "global_rng": global_rng_state(), **self._state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("algorithm") != self.algorithm:
+            raise CheckpointError(f"the checkpoint is of {state.get('algorithm')!r}, not {self.algorithm!r}")
+        self._load_state(state)
+        self.updates_done, self.history = state["updates_done"], [dict(row) for row in state["history"]]
+        set_global_rng_state(state["global_rng"])
+
+    def _state(self) -> dict:
+        raise NotImplementedError
+
+    def _load_state(self, state: dict) -> None:
+        raise NotImplementedError
+
+    def result(self) -> TrainResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the environments."""
+
+
+def fit(trainer: Trainer, progress: bool = False, after_update: Callable[[Trainer], None] | None = None) -> TrainResult:
+    """Run ``trainer``'s remaining updates (with a progress bar); ``after_update(trainer)`` after each. Closes it."""
+    config = trainer.config
+    try:
+        with tqdm(total=trainer.num_updates, initial=trainer.updates_done, disable=not progress, unit="update",
+                  desc=f"{trainer.algorithm} {config.env_id}") as bar:
+            while not trainer.finished:
+                trainer.run_update()
+                bar.update(1)
+                if after_update is not None:
+                    after_update(trainer)
+        return trainer.result()
+    finally:
+        trainer.close()
