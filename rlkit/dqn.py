@@ -14,11 +14,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
+from rlkit.checkpoint import env_state, load_env_state
 from rlkit.nets import QNetwork
 from rlkit.presets import fill_from_preset
-from rlkit.training import TrainResult, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
+from rlkit.training import Trainer, TrainResult, fit, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
 
 DEFAULTS = dict(
     total_steps=100_000, learning_rate=1e-3, batch_size=64, buffer_size=50_000, learning_starts=1_000, gamma=0.99,
@@ -88,6 +88,15 @@ class ReplayBuffer:
         self.actions[i], self.rewards[i], self.terminated[i] = int(action), float(reward), float(terminated)
         self.position, self.size = (i + 1) % self.capacity, min(self.size + 1, self.capacity)
 
+    def state_dict(self) -> dict:
+        return {"obs": self.obs, "next_obs": self.next_obs, "actions": self.actions, "rewards": self.rewards,
+                "terminated": self.terminated, "size": self.size, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in ("obs", "next_obs", "actions", "rewards", "terminated"):
+            getattr(self, name).copy_(state[name])
+        self.size, self.position = state["size"], state["position"]
+
     def sample(self, batch_size: int, generator: torch.Generator):
         index = torch.randint(self.size, (batch_size,), generator=generator).to(self.device)  # CPU generator: same draws on any device
         return self.obs[index], self.actions[index], self.rewards[index], self.next_obs[index], self.terminated[index]
@@ -114,40 +123,103 @@ def _make_env(config: DQNConfig) -> gym.Env:
     return env
 
 
-def train(config: DQNConfig) -> TrainResult:
-    """Train DQN on ``config.env_id``; one history row per training burst."""
-    seed_everything(config.seed)
-    env = _make_env(config)
-    obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
-    q_online = QNetwork(obs_dim, n_actions, config.hidden_sizes).to(config.device)
-    q_target = copy.deepcopy(q_online)
-    optimizer = torch.optim.Adam(q_online.parameters(), lr=config.learning_rate)
-    buffer = ReplayBuffer(config.buffer_size, obs_dim, config.device)
-    rng = np.random.default_rng(config.seed)
-    sampler = torch.Generator().manual_seed(config.seed)
-    env.action_space.seed(config.seed)
-    obs, _ = env.reset(seed=config.seed)
-    history, recent_returns = [], []
-    for step in tqdm(range(config.total_steps), disable=not config.progress, desc=f"DQN {config.env_id}"):
-        if step < config.learning_starts or rng.random() < epsilon_at(step, config):
+class DQNTrainer(Trainer):
+    """DQN's training: environment steps up to the next training burst form one update (one history row)."""
+
+    algorithm = "dqn"
+    progress_unit = "step"
+
+    def __init__(self, config: DQNConfig):
+        super().__init__(config)
+        seed_everything(config.seed)
+        self.env = _make_env(config)
+        obs_dim, n_actions = self.env.observation_space.shape[0], int(self.env.action_space.n)
+        self.q_online = QNetwork(obs_dim, n_actions, config.hidden_sizes).to(config.device)
+        self.q_target = copy.deepcopy(self.q_online)
+        self.optimizer = torch.optim.Adam(self.q_online.parameters(), lr=config.learning_rate)
+        self.buffer = ReplayBuffer(config.buffer_size, obs_dim, config.device)
+        self.rng = np.random.default_rng(config.seed)
+        self.sampler = torch.Generator().manual_seed(config.seed)
+        self.env.action_space.seed(config.seed)
+        self.obs, _ = self.env.reset(seed=config.seed)
+        self.step, self.recent_returns = 0, []
+
+    @property
+    def num_updates(self) -> int:
+        return self.updates_done + (0 if self.finished else 1)
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.config.total_steps
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        return self.step, self.config.total_steps
+
+    def _update(self) -> dict[str, float] | None:
+        """Play until the next training burst and do it; its row (None when training ends first)."""
+        config = self.config
+        while self.step < config.total_steps:
+            step = self.step
+            self._act_and_store(step)
+            self.step += 1
+            row = None
+            if step >= config.learning_starts and (step + 1) % config.train_frequency == 0:
+                steps = [_gradient_step(self.q_online, self.q_target, self.optimizer, self.buffer, self.sampler, config)
+                         for _ in range(config.gradient_steps)]
+                row = {"step": step + 1, "loss": float(np.mean([loss for loss, _ in steps])),
+                       "grad_norm": float(np.mean([norm for _, norm in steps])), "epsilon": epsilon_at(step, config)}
+                if self.recent_returns:
+                    row["episode_return"] = float(np.mean(self.recent_returns[-10:]))
+            if (step + 1) % config.target_update_interval == 0:
+                self.q_target.load_state_dict(self.q_online.state_dict())
+            if row is not None:
+                return row
+        return None
+
+    def _act_and_store(self, step: int) -> None:
+        """One epsilon-greedy environment step, stored in the replay buffer."""
+        config, env = self.config, self.env
+        if step < config.learning_starts or self.rng.random() < epsilon_at(step, config):
             action = int(env.action_space.sample())
         else:
             with torch.inference_mode():
-                action = int(q_online(torch.as_tensor(obs, dtype=torch.float32, device=config.device)).argmax())
+                action = int(self.q_online(torch.as_tensor(self.obs, dtype=torch.float32, device=config.device)).argmax())
         next_obs, reward, terminated, truncated, info = env.step(action)
-        buffer.add(obs, action, reward, next_obs, terminated)  # next_obs is the true final one, also when truncated
-        obs = next_obs
+        self.buffer.add(self.obs, action, reward, next_obs, terminated)  # next_obs is the true final one, also when truncated
+        self.obs = next_obs
         if terminated or truncated:
-            recent_returns.append(float(info["episode"]["r"]))
-            obs, _ = env.reset()
-        if step >= config.learning_starts and (step + 1) % config.train_frequency == 0:
-            losses = [_gradient_step(q_online, q_target, optimizer, buffer, sampler, config) for _ in range(config.gradient_steps)]
-            history.append({"step": step + 1, "loss": float(np.mean(losses)), "epsilon": epsilon_at(step, config),
-                            "episode_return": float(np.mean(recent_returns[-10:])) if recent_returns else float("nan")})
-        if (step + 1) % config.target_update_interval == 0:
-            q_target.load_state_dict(q_online.state_dict())
-    env.close()
-    return TrainResult(config, q_online, history)
+            self.recent_returns = (self.recent_returns + [float(info["episode"]["r"])])[-10:]
+            self.obs, _ = env.reset()
+
+    def _state(self) -> dict:
+        return {"q_online": self.q_online.state_dict(), "q_target": self.q_target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "buffer": self.buffer.state_dict(),
+                "epsilon_rng": self.rng.bit_generator.state, "sampler": self.sampler.get_state(),
+                "env": env_state(self.env), "obs": torch.from_numpy(np.array(self.obs)), "step": self.step,
+                "recent_returns": list(self.recent_returns)}
+
+    def _load_state(self, state: dict) -> None:
+        self.q_online.load_state_dict(state["q_online"])
+        self.q_target.load_state_dict(state["q_target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.rng.bit_generator.state = state["epsilon_rng"]
+        self.sampler.set_state(state["sampler"])
+        load_env_state(self.env, state["env"])
+        self.obs, self.step = state["obs"].numpy().copy(), state["step"]
+        self.recent_returns = list(state["recent_returns"])
+
+    def result(self) -> TrainResult:
+        return TrainResult(self.config, self.q_online, self.history)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def train(config: DQNConfig) -> TrainResult:
+    """Train DQN on ``config.env_id``; one history row per training burst."""
+    return fit(DQNTrainer(config), config.progress)
 
 
 def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> float:
@@ -157,9 +229,9 @@ def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> fl
     loss = F.smooth_l1_loss(q_taken, targets)  # Huber: quadratic near 0, linear beyond |error| = 1
     optimizer.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(q_online.parameters(), config.max_grad_norm)
+    grad_norm = torch.nn.utils.clip_grad_norm_(q_online.parameters(), config.max_grad_norm)
     optimizer.step()
-    return loss.item()
+    return loss.item(), float(grad_norm)
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:

@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from rlkit.advantages import discounted_returns
 from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
 from rlkit.presets import fill_from_preset
-from rlkit.training import TrainResult, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
+from rlkit.checkpoint import env_state, load_env_state
+from rlkit.training import Trainer, TrainResult, fit, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
 
 DEFAULTS = dict(
     total_steps=200_000, episodes_per_update=8, learning_rate=1e-3, value_learning_rate=1e-3, value_epochs=10,
@@ -185,35 +185,80 @@ def fit_value(value: ValueNetwork, optimizer: torch.optim.Optimizer, batch: Epis
     return loss.item()
 
 
+class ReinforceTrainer(Trainer):
+    """REINFORCE's training, one batch of complete episodes per update, until ``total_steps`` steps are trained on."""
+
+    algorithm = "reinforce"
+    progress_unit = "step"
+
+    def __init__(self, config: ReinforceConfig):
+        super().__init__(config)
+        seed_everything(config.seed)
+        self.envs = make_envs(config.env_id, config.episodes_per_update)
+        obs_dim, n_actions = self.envs.single_observation_space.shape[0], int(self.envs.single_action_space.n)
+        self.policy = CategoricalPolicy(obs_dim, n_actions, config.hidden_sizes).to(config.device)
+        self.value = ValueNetwork(obs_dim, config.hidden_sizes).to(config.device) if config.baseline else None
+        self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
+        self.value_optimizer = (torch.optim.Adam(self.value.parameters(), lr=config.value_learning_rate)
+                                if self.value is not None else None)
+        self.steps = 0
+
+    @property
+    def num_updates(self) -> int:  # not known in advance: episodes vary in length
+        return self.updates_done + (0 if self.finished else 1)
+
+    @property
+    def finished(self) -> bool:
+        return self.steps >= self.config.total_steps
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        return min(self.steps, self.config.total_steps), self.config.total_steps
+
+    def _update(self) -> dict[str, float]:
+        config, value = self.config, self.value
+        batch = collect_episodes(self.envs, self.policy, seed=config.seed if self.updates_done == 0 else None)
+        returns = returns_to_go(batch, config.gamma, value)
+        advantages = advantages_of(batch, returns, value, config.normalize_advantages)
+        loss = reinforce_loss(self.policy, batch, advantages)
+        self.policy_optimizer.zero_grad()
+        loss.backward()
+        grad_norm = _clip(self.policy, config.max_grad_norm)
+        self.policy_optimizer.step()
+        self.steps += batch.num_steps
+        row = {"step": self.steps, "episode_return": float(batch.episode_returns.mean()), "policy_loss": loss.item(),
+               "grad_norm": grad_norm}
+        if value is not None:
+            row["value_loss"] = fit_value(value, self.value_optimizer, batch, returns, config.value_epochs)
+        return row
+
+    def _state(self) -> dict:
+        state = {"policy": self.policy.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
+                 "steps": self.steps, "envs": env_state(self.envs)}
+        if self.value is not None:
+            state.update(value=self.value.state_dict(), value_optimizer=self.value_optimizer.state_dict())
+        return state
+
+    def _load_state(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
+        if self.value is not None:
+            self.value.load_state_dict(state["value"])
+            self.value_optimizer.load_state_dict(state["value_optimizer"])
+        self.steps = state["steps"]
+        load_env_state(self.envs, state["envs"])
+
+    def result(self) -> TrainResult:
+        return TrainResult(self.config, self.policy, self.history, critic=self.value)
+
+    def close(self) -> None:
+        self.envs.close()
+
+
 def train(config: ReinforceConfig) -> TrainResult:
     """Train REINFORCE on ``config.env_id``; one history row per update. ``result.agent`` is the policy,
     ``result.critic`` the baseline (None without one)."""
-    seed_everything(config.seed)
-    envs = make_envs(config.env_id, config.episodes_per_update)
-    obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
-    policy = CategoricalPolicy(obs_dim, n_actions, config.hidden_sizes).to(config.device)
-    value = ValueNetwork(obs_dim, config.hidden_sizes).to(config.device) if config.baseline else None
-    policy_optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-    value_optimizer = torch.optim.Adam(value.parameters(), lr=config.value_learning_rate) if value else None
-    history, steps, update = [], 0, 0
-    with tqdm(total=config.total_steps, disable=not config.progress, desc=f"REINFORCE {config.env_id}") as bar:
-        while steps < config.total_steps:
-            batch = collect_episodes(envs, policy, seed=config.seed if update == 0 else None)
-            returns = returns_to_go(batch, config.gamma, value)
-            advantages = advantages_of(batch, returns, value, config.normalize_advantages)
-            loss = reinforce_loss(policy, batch, advantages)
-            policy_optimizer.zero_grad()
-            loss.backward()
-            grad_norm = _clip(policy, config.max_grad_norm)
-            policy_optimizer.step()
-            steps, update = steps + batch.num_steps, update + 1
-            bar.update(batch.num_steps)
-            history.append({"step": steps, "episode_return": float(batch.episode_returns.mean()),
-                            "policy_loss": loss.item(), "grad_norm": grad_norm})
-            if value is not None:
-                history[-1]["value_loss"] = fit_value(value, value_optimizer, batch, returns, config.value_epochs)
-    envs.close()
-    return TrainResult(config, policy, history, critic=value)
+    return fit(ReinforceTrainer(config), config.progress)
 
 
 def gradient_estimates(policy: CategoricalPolicy, baseline: ValueNetwork, env_id: str, batches: int,

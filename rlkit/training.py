@@ -152,9 +152,19 @@ class Trainer:
     def finished(self) -> bool:
         return self.updates_done >= self.num_updates
 
-    def run_update(self) -> dict[str, float]:
-        """One update; its history row. A non-finite quantity stops training (``TrainingDiverged``)."""
+    @property
+    def progress(self) -> tuple[int, int]:
+        """``(done, total)`` in the progress bar's unit (``progress_unit``)."""
+        return self.updates_done, self.num_updates
+
+    progress_unit = "update"
+
+    def run_update(self) -> dict[str, float] | None:
+        """One update; its history row (None when training ended without one: DQN's last steps).
+        A non-finite quantity stops training (``TrainingDiverged``)."""
         row = self._update()
+        if row is None:
+            return None
         bad = [name for name, value in row.items() if not math.isfinite(value)]
         if bad:
             raise TrainingDiverged(f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
@@ -163,7 +173,7 @@ class Trainer:
         self.history.append(row)
         return row
 
-    def _update(self) -> dict[str, float]:
+    def _update(self) -> dict[str, float] | None:
         raise NotImplementedError
 
     def state_dict(self) -> dict:
@@ -195,11 +205,12 @@ def fit(trainer: Trainer, progress: bool = False, after_update: Callable[[Traine
     """Run ``trainer``'s remaining updates (with a progress bar); ``after_update(trainer)`` after each. Closes it."""
     config = trainer.config
     try:
-        with tqdm(total=trainer.num_updates, initial=trainer.updates_done, disable=not progress, unit="update",
+        done, total = trainer.progress
+        with tqdm(total=total, initial=done, disable=not progress, unit=trainer.progress_unit,
                   desc=f"{trainer.algorithm} {config.env_id}") as bar:
             while not trainer.finished:
                 trainer.run_update()
-                bar.update(1)
+                bar.update(trainer.progress[0] - bar.n)
                 if after_update is not None:
                     after_update(trainer)
         return trainer.result()
