@@ -8,7 +8,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from rlkit.plotting import plot_error_vs_samples, plot_return_distribution, plot_value_heatmap  # noqa: E402
+from rlkit.evaluation import curve_band  # noqa: E402
+from rlkit.plotting import (  # noqa: E402
+    plot_error_vs_samples,
+    plot_mean_and_band,
+    plot_return_distribution,
+    plot_value_heatmap,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -78,3 +84,55 @@ def test_error_vs_samples_reference_line_is_sigma_over_sqrt_n():
     assert ax.get_xscale() == ax.get_yscale() == "log"
     with pytest.raises(ValueError, match="^errors must"):
         plot_error_vs_samples(n, np.ones(3))
+
+
+def _band_limits(ax, x):
+    """``(low, high)`` of the shaded band at each x, read back from the polygon that fill_between drew."""
+    vertices = ax.collections[0].get_paths()[0].vertices
+    low = np.array([vertices[np.isclose(vertices[:, 0], value), 1].min() for value in x])
+    high = np.array([vertices[np.isclose(vertices[:, 0], value), 1].max() for value in x])
+    return low, high
+
+
+RUNS = np.array([[0.0, 1.0, 2.0, 3.0],
+                 [1.0, 3.0, 2.0, 5.0],
+                 [2.0, 2.0, 8.0, 4.0],
+                 [1.0, 0.0, 2.0, 4.0],
+                 [9.0, 2.0, 3.0, 4.0]])
+X = np.array([10.0, 20.0, 30.0, 40.0])
+
+
+def test_mean_and_band_default_is_the_normal_95_interval():
+    ax = plot_mean_and_band(X, RUNS, label="runs")
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), RUNS.mean(axis=0))
+    half = 1.96 * RUNS.std(axis=0, ddof=1) / np.sqrt(len(RUNS))
+    low, high = _band_limits(ax, X)
+    np.testing.assert_allclose(low, RUNS.mean(axis=0) - half)
+    np.testing.assert_allclose(high, RUNS.mean(axis=0) + half)
+    plt.close("all")
+    low, high = _band_limits(plot_mean_and_band(X, RUNS, band="std"), X)
+    np.testing.assert_allclose(high - low, 2 * RUNS.std(axis=0, ddof=1))
+
+
+@pytest.mark.parametrize("statistic", ["mean", "iqm"])
+def test_mean_and_band_bootstrap_draws_curve_band(statistic):
+    ax = plot_mean_and_band(X, RUNS, band="bootstrap", statistic=statistic, reps=500, confidence=0.9, seed=3,
+                            color="tab:red")
+    centre, expected_low, expected_high = curve_band(RUNS, statistic, reps=500, confidence=0.9, seed=3)
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), centre)
+    low, high = _band_limits(ax, X)
+    np.testing.assert_allclose(low, expected_low)
+    np.testing.assert_allclose(high, expected_high)
+    if statistic == "iqm":  # 5 runs: the lowest and the highest are cut at each x (9.0 and 8.0 do not count)
+        np.testing.assert_allclose(centre, [4 / 3, 5 / 3, 7 / 3, 4.0])
+
+
+def test_mean_and_band_bad_arguments():
+    with pytest.raises(ValueError, match="^band must"):
+        plot_mean_and_band(X, RUNS, band="sem")
+    with pytest.raises(ValueError, match="^statistic must"):
+        plot_mean_and_band(X, RUNS, statistic="iqm")  # the IQM only with the bootstrap band
+    with pytest.raises(ValueError, match="^statistic must"):
+        plot_mean_and_band(X, RUNS, band="bootstrap", statistic="median")
+    with pytest.raises(ValueError, match="^runs must"):
+        plot_mean_and_band(X[:3], RUNS)
