@@ -129,6 +129,9 @@ class TrainingDiverged(RuntimeError):
     """A loss, a gradient norm or another logged quantity turned NaN or infinite."""
 
 
+MAY_BE_UNDEFINED = frozenset({"explained_variance"})  # NaN by definition when every return is the same (Var[R] = 0)
+
+
 class Trainer:
     """An algorithm's training as a sequence of updates, with a state that can be saved between any two.
 
@@ -165,7 +168,8 @@ class Trainer:
         row = self._update()
         if row is None:
             return None
-        bad = [name for name, value in row.items() if not math.isfinite(value)]
+        bad = [name for name, value in row.items()
+               if not math.isfinite(value) and not (name in MAY_BE_UNDEFINED and math.isnan(value))]
         if bad:
             raise TrainingDiverged(f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
                                    f"({self.algorithm}, {self.config.env_id}, seed {self.config.seed})")
