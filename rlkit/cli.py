@@ -1,0 +1,234 @@
+"""The ``rlkit`` command line: train, resume, evaluate, render and plot runs of the deep algorithms.
+
+    rlkit train ppo --env CartPole-v1 --seed 0 --total-steps 100000 --out runs/ppo-s0 [--set field=value ...]
+    rlkit train --resume runs/ppo-s0
+    rlkit eval runs/ppo-s0 --episodes 100
+    rlkit render runs/ppo-s0 --gif ppo.gif
+    rlkit plot runs/ppo-s0 runs/ppo-s1 runs/a2c --out curves.png
+
+``rlkit train ALGO --help`` lists every hyperparameter with its default and meaning, read from the config
+dataclass (its field comments) and ``rlkit.presets``: the code is the one source of truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import re
+import sys
+
+from rlkit.checkpoint import CheckpointError
+from rlkit.presets import PRESETS
+from rlkit.runs import ALGORITHMS, RunError, algorithm_named, load_config, train_run
+from rlkit.training import TrainingDiverged
+
+# Meanings of the fields whose dataclass line carries no comment (the same in every algorithm).
+COMMON_MEANINGS = {
+    "env_id": "Gymnasium environment id (its tested preset fills the fields you leave out)",
+    "seed": "seeds Python, NumPy, torch and the environments: same seed, same run on CPU",
+    "total_steps": "environment steps to train for",
+    "learning_rate": "the optimizer's step size",
+    "gamma": "discount factor",
+    "lam": "GAE's lambda",
+    "ent_coef": "weight of the entropy bonus",
+    "vf_coef": "weight of the value loss",
+    "hidden_sizes": "hidden layer widths, e.g. [64,64]",
+    "activation": "hidden activation: tanh or relu",
+    "batch_size": "transitions per gradient step",
+    "start_epsilon": "exploration rate at the start",
+    "end_epsilon": "exploration rate after the decay",
+    "max_grad_norm": "clip the global gradient norm to this",
+    "adam_betas": "Adam's (beta1, beta2)",
+    "optimizer_eps": "the optimizer's eps",
+    "normalize_advantages": "whiten the advantages",
+    "device": "cpu, cuda or mps",
+    "progress": "show a progress bar (always on from the command line)",
+}
+IMPLIED = ("env_id", "seed", "total_steps", "progress")  # set by their own options
+
+
+def field_meanings(config_class: type) -> dict[str, str]:
+    """Each field's meaning: the comment on its line in the dataclass, else ``COMMON_MEANINGS``."""
+    comments = {}
+    for line in inspect.getsource(config_class).splitlines():
+        match = re.match(r"\s+(\w+): [^#]*#\s*(.+)$", line)
+        if match:
+            comments[match.group(1)] = match.group(2).strip()
+    return {f.name: comments.get(f.name) or COMMON_MEANINGS.get(f.name, "") for f in dataclasses.fields(config_class)}
+
+
+def hyperparameter_help(name: str) -> str:
+    """The table ``rlkit train ALGO --help`` ends with."""
+    spec = algorithm_named(name)
+    defaults = getattr(spec.module, "DEFAULTS", {})
+    presets = PRESETS.get(name, {})
+    lines = [f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes from the "
+             f"env's preset where there is one, else from the default):"]
+    for field in dataclasses.fields(spec.config):
+        default = defaults.get(field.name, field.default)
+        tested = [f"{env}: {values[field.name]!r}" for env, values in presets.items()
+                  if field.name in values and values[field.name] != default]
+        lines.append(f"  {field.name} = {default!r}" + (f" (preset {'; '.join(tested)})" if tested else ""))
+        meaning = field_meanings(spec.config)[field.name]
+        if meaning:
+            lines.append(f"      {meaning}")
+    return "\n".join(lines)
+
+
+def parse_value(text: str):
+    """A ``--set`` value: a Python literal (1e-3, 64, [64,64], True, None), inf or nan, else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        pass
+    if text.strip().lower() in ("inf", "+inf", "-inf", "nan"):
+        return float(text)
+    return text
+
+
+def parse_settings(pairs: list[str], config_class: type) -> dict:
+    names = {f.name for f in dataclasses.fields(config_class)}
+    settings = {}
+    for pair in pairs:
+        name, equals, text = pair.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise ValueError(f"--set takes FIELD=VALUE, got {pair!r}")
+        if name not in names:
+            raise ValueError(f"--set: {name!r} is not a field of {config_class.__name__}; fields: {', '.join(sorted(names))}")
+        settings[name] = parse_value(text)
+    return settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlkit", description="Train, resume, evaluate, render and plot RL runs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser("train", help="train an algorithm (or resume a run)",
+                                description="Train ALGO, or continue a run with --resume RUN.")
+    train.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last checkpoint")
+    algorithms = train.add_subparsers(dest="algorithm", metavar="ALGO", required=False)
+    for name in ALGORITHMS:
+        sub = algorithms.add_parser(name, help=f"train {name}", epilog=hyperparameter_help(name),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("--env", dest="env_id", default="CartPole-v1", help="Gymnasium environment id (default: %(default)s)")
+        sub.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+        sub.add_argument("--total-steps", type=int, help="environment steps (default: the preset's or the algorithm's)")
+        sub.add_argument("--out", metavar="RUN", help="the run folder to create, e.g. runs/ppo-cartpole-s0")
+        sub.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
+                         help="any other hyperparameter (repeatable); see the list below")
+        sub.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+                         help="write a checkpoint and the metrics every N updates (default: %(default)s)")
+        sub.add_argument("--resume", dest="resume_here", metavar="RUN", help="continue this run (the options must match it)")
+
+    evaluate = commands.add_parser("eval", help="evaluate a run's greedy policy")
+    evaluate.add_argument("run", metavar="RUN")
+    evaluate.add_argument("--episodes", type=int, default=100, help="episodes to play (default: %(default)s)")
+    evaluate.add_argument("--seed", type=int, default=10_000, help="environment seed, unlike training's (default: %(default)s)")
+
+    render = commands.add_parser("render", help="record one episode of a run's greedy policy as a GIF")
+    render.add_argument("run", metavar="RUN")
+    render.add_argument("--gif", required=True, help="the GIF file to write")
+    render.add_argument("--seed", type=int, default=0, help="environment seed (default: %(default)s)")
+    render.add_argument("--max-steps", type=int, default=500, help="stop after this many steps (default: %(default)s)")
+
+    plot = commands.add_parser("plot", help="learning curves of runs: mean or IQM over seeds with a bootstrap band",
+                               description="Each RUN is a run folder, or a folder whose sub-folders are runs "
+                                           "(the seeds of one curve).")
+    plot.add_argument("runs", nargs="+", metavar="RUN")
+    plot.add_argument("--metric", default="episode_return", help="a column of metrics.csv (default: %(default)s)")
+    plot.add_argument("--statistic", choices=("mean", "iqm"), default="mean", help="over seeds (default: %(default)s)")
+    plot.add_argument("--out", default="curves.png", help="the image to write (default: %(default)s)")
+    return parser
+
+
+def command_train(args) -> None:
+    resume = args.resume or getattr(args, "resume_here", None)
+    if args.algorithm is None and resume is None:
+        raise ValueError("train needs an ALGO (one of " + ", ".join(ALGORITHMS) + ") or --resume RUN")
+    if resume is not None:
+        spec, config = load_config(resume)
+        if args.algorithm is not None:
+            _require_same(spec.name, config, _config_from(args, spec))
+        config = dataclasses.replace(config, progress=True)
+        out = resume
+    else:
+        if args.out is None:
+            raise ValueError("--out RUN is required: the folder that will hold the run")
+        spec = algorithm_named(args.algorithm)
+        config, out = _config_from(args, spec), args.out
+    checkpoint_every = getattr(args, "checkpoint_every", 10)
+    result = train_run(spec.name, config, out, checkpoint_every, resume=resume is not None)
+    returns = [row["episode_return"] for row in result.history[-10:] if "episode_return" in row]
+    print(f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: {len(result.history)} updates"
+          + (f", training return over the last updates {sum(returns) / len(returns):.1f}" if returns else ""))
+
+
+def _config_from(args, spec):
+    settings = parse_settings(args.settings, spec.config)
+    fields = dict(env_id=args.env_id, seed=args.seed, progress=True)
+    if args.total_steps is not None:
+        fields["total_steps"] = args.total_steps
+    return spec.config(**{**fields, **settings})
+
+
+def _require_same(algorithm: str, saved, given) -> None:
+    """``--resume`` with the original options: they must describe the saved run."""
+    if type(saved) is not type(given):
+        raise ValueError(f"--resume: the run is of {algorithm}, not {type(given).__name__}")
+    different = [f.name for f in dataclasses.fields(saved) if f.name != "progress"
+                 and getattr(saved, f.name) != getattr(given, f.name)]
+    if different:
+        raise ValueError("--resume: these options differ from the saved run's config: " + ", ".join(
+            f"{name} (saved {getattr(saved, name)!r}, given {getattr(given, name)!r})" for name in different))
+
+
+def command_eval(args) -> None:
+    from rlkit.evaluation import iqm, stratified_bootstrap_ci
+    from rlkit.runs import evaluate_run
+    returns = evaluate_run(args.run, args.episodes, args.seed)
+    point, low, high = stratified_bootstrap_ci(returns, "mean", seed=0)
+    print(f"{args.run}: greedy return over {len(returns)} episodes: mean {point:.2f} (95% bootstrap CI {low:.2f} to "
+          f"{high:.2f}), std {returns.std():.2f}, IQM {iqm(returns):.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
+
+
+def command_render(args) -> None:
+    import gymnasium as gym
+
+    from rlkit.rendering import record_gif
+    from rlkit.runs import load_run
+    spec, result = load_run(args.run)
+    env = gym.make(result.config.env_id)
+    act = spec.greedy_policy(result, env.action_space)
+    env.close()
+    total = record_gif(result.config.env_id, act, args.gif, seed=args.seed, max_steps=args.max_steps)
+    print(f"wrote {args.gif}: one episode of {result.config.env_id}, return {total:.1f}")
+
+
+def command_plot(args) -> None:
+    from rlkit.runs import plot_runs
+    plot_runs(args.runs, args.metric, args.statistic, args.out)
+    print(f"wrote {args.out}")
+
+
+COMMANDS = {"train": command_train, "eval": command_eval, "render": command_render, "plot": command_plot}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except (ValueError, RunError, CheckpointError, TrainingDiverged) as error:
+        print(f"rlkit {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"rlkit {args.command}: interrupted" + (" (continue with rlkit train --resume RUN)"
+                                                      if args.command == "train" else ""), file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""Training runs on disk: a folder per run with its config, its metrics and its latest checkpoint.
+
+``runs/NAME/config.json``   the algorithm and every field of its config (what ``--resume`` rebuilds)
+``runs/NAME/metrics.csv``   one row per update (the ``history``), rewritten atomically with each checkpoint
+``runs/NAME/checkpoint.pt`` the latest checkpoint (``rlkit.checkpoint``): resuming from it is exact on CPU
+``runs/NAME/events.*``      TensorBoard's, when ``tensorboard`` is installed
+
+This is what the ``rlkit`` command line drives; notebooks can call it too.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from rlkit import a2c, a3c, dqn, ppo, reinforce
+from rlkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rlkit.training import Trainer, TrainResult, fit
+
+CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE = "config.json", "metrics.csv", "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """What the command line needs to know about one algorithm."""
+
+    name: str
+    config: type
+    trainer: type[Trainer] | None  # None: cannot be checkpointed mid-run (A3C)
+    module: Any  # has train, evaluate
+
+    def greedy_policy(self, result: TrainResult, action_space) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``obs -> actions`` of the trained agent's greedy policy."""
+        if self.name == "dqn":
+            return lambda obs: result.agent(obs).argmax(dim=-1)
+        if self.name == "ppo":
+            return ppo.greedy_actions(result.agent, action_space)
+        return result.agent.greedy
+
+
+ALGORITHMS = {algorithm.name: algorithm for algorithm in (
+    Algorithm("dqn", dqn.DQNConfig, dqn.DQNTrainer, dqn),
+    Algorithm("reinforce", reinforce.ReinforceConfig, reinforce.ReinforceTrainer, reinforce),
+    Algorithm("a2c", a2c.A2CConfig, a2c.A2CTrainer, a2c),
+    Algorithm("a3c", a3c.A3CConfig, None, a3c),
+    Algorithm("ppo", ppo.PPOConfig, ppo.PPOTrainer, ppo),
+)}
+
+
+class RunError(RuntimeError):
+    """A run folder that cannot be used as asked (it exists already, it is not writable, it holds no run)."""
+
+
+def algorithm_named(name: str) -> Algorithm:
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {name!r}")
+    return ALGORITHMS[name]
+
+
+# The run folder ---------------------------------------------------------------------------------------
+
+def prepare_folder(out: str | Path, resume: bool) -> Path:
+    """Check that ``out`` can hold the run before any training: a new run needs an empty or new folder
+    (nothing already saved is overwritten), a resumed one a folder with a run; both must be writable."""
+    out = Path(out)
+    if resume:
+        if not (out / CONFIG_FILE).is_file():
+            raise RunError(f"--resume {out}: no run there (no {CONFIG_FILE})")
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunError(f"--out {out} already exists and is not an empty folder: choose another name, or continue "
+                       f"that run with --resume {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise RunError(f"--out {out} is not a writable folder ({error.strerror or error})") from None
+    return out
+
+
+def save_config(out: Path, algorithm: str, config) -> None:
+    _write_atomically(out / CONFIG_FILE, json.dumps({"algorithm": algorithm, "config": dataclasses.asdict(config)},
+                                                    indent=2, default=_json_number))
+
+
+def load_config(out: str | Path):
+    """``(Algorithm, config)`` of the run in ``out``."""
+    path = Path(out) / CONFIG_FILE
+    if not path.is_file():
+        raise RunError(f"{out}: no run there (no {CONFIG_FILE})")
+    saved = json.loads(path.read_text())
+    algorithm = algorithm_named(saved["algorithm"])
+    return algorithm, algorithm.config(**saved["config"])
+
+
+def _json_number(value):
+    raise TypeError(f"cannot save {value!r} in {CONFIG_FILE}")
+
+
+def write_metrics(out: Path, history: list[dict[str, float]]) -> None:
+    """The history as CSV (columns in order of first appearance; empty where a row lacks a metric)."""
+    columns = list(dict.fromkeys(name for row in history for name in row))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(history)
+    _write_atomically(out / METRICS_FILE, text.getvalue())
+
+
+def read_metrics(out: str | Path) -> dict[str, np.ndarray]:
+    """``metrics.csv`` as one array per column (NaN where a row lacks it)."""
+    path = Path(out) / METRICS_FILE
+    if not path.is_file():
+        raise RunError(f"{out}: no {METRICS_FILE}")
+    with open(path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    columns = rows[0].keys() if rows else []
+    return {name: np.array([float(row[name]) if row[name] != "" else np.nan for row in rows]) for name in columns}
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+# Training ---------------------------------------------------------------------------------------------
+
+def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int = 10, resume: bool = False) -> TrainResult:
+    """Train ``config`` into the run folder ``out`` (or continue the run there with ``resume``), writing a
+    checkpoint and the metrics every ``checkpoint_every`` updates and at the end."""
+    if not (isinstance(checkpoint_every, int) and not isinstance(checkpoint_every, bool) and checkpoint_every >= 1):
+        raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    spec = algorithm_named(algorithm)
+    out = prepare_folder(out, resume)
+    if resume and spec.trainer is None:
+        raise RunError(f"{spec.name} runs cannot be resumed: its workers update the model asynchronously, "
+                       "so no state between two updates describes the whole run")
+    if not resume:
+        save_config(out, spec.name, config)
+    if spec.trainer is None:
+        result = spec.module.train(config)
+        save_checkpoint(_final_state(spec, result), out / CHECKPOINT_FILE)
+        write_metrics(out, result.history)
+        return result
+    trainer = spec.trainer(config)
+    if resume and (out / CHECKPOINT_FILE).is_file():
+        trainer.load_state_dict(load_checkpoint(out / CHECKPOINT_FILE, config.device))
+    logger = _tensorboard(out, trainer.updates_done)
+
+    def after_update(trainer: Trainer) -> None:
+        if logger is not None:
+            for name, value in trainer.history[-1].items():
+                logger.add_scalar(name, value, trainer.updates_done)
+        if trainer.updates_done % checkpoint_every == 0 or trainer.finished:
+            save_checkpoint(trainer.state_dict(), out / CHECKPOINT_FILE)
+            write_metrics(out, trainer.history)
+
+    try:
+        return fit(trainer, config.progress, after_update)
+    finally:
+        if logger is not None:
+            logger.close()
+
+
+def _final_state(spec: Algorithm, result: TrainResult) -> dict:
+    """The end of a run that has no resumable state (A3C): the weights and the history."""
+    return {"algorithm": spec.name, "resumable": False, "agent": result.agent.state_dict(), "history": result.history}
+
+
+def _tensorboard(out: Path, first_step: int):
+    """A TensorBoard writer when tensorboard is installed (events after ``first_step`` are purged on resume)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(out), purge_step=first_step + 1 if first_step else None)
+
+
+# Using a finished (or interrupted) run --------------------------------------------------------------
+
+def load_run(out: str | Path) -> tuple[Algorithm, TrainResult]:
+    """The run in ``out`` as a ``TrainResult`` with the agent of its latest checkpoint."""
+    spec, config = load_config(out)
+    path = Path(out) / CHECKPOINT_FILE
+    if not path.is_file():
+        raise RunError(f"{out}: no {CHECKPOINT_FILE} yet (the run stopped before its first checkpoint)")
+    state = load_checkpoint(path, config.device)
+    if spec.trainer is None:
+        envs = a2c.make_vector_env(config.env_id, 1)
+        agent = a2c.make_agent(config, envs)
+        envs.close()
+        agent.load_state_dict(state["agent"])
+        return spec, TrainResult(config, agent, list(state["history"]))
+    trainer = spec.trainer(config)
+    try:
+        trainer.load_state_dict(state)
+        return spec, trainer.result()
+    finally:
+        trainer.close()
+
+
+def evaluate_run(out: str | Path, episodes: int = 100, seed: int = 10_000) -> np.ndarray:
+    """The greedy policy's undiscounted return in each of ``episodes`` episodes (seeds unlike training's)."""
+    import gymnasium as gym
+
+    from rlkit.training import greedy_returns
+    spec, result = load_run(out)
+    env = gym.make(result.config.env_id)
+    act = spec.greedy_policy(result, env.action_space)
+    env.close()
+    device = result.config.device
+    return greedy_returns(result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed)
+
+
+# Learning curves over seeds ------------------------------------------------------------------------------
+
+def run_groups(paths: list[str | Path]) -> dict[str, list[Path]]:
+    """Each path is a run folder (a curve of its own) or a folder of run folders (the seeds of one curve)."""
+    groups = {}
+    for path in map(Path, paths):
+        runs = [path] if (path / METRICS_FILE).is_file() else sorted(p for p in path.glob("*") if (p / METRICS_FILE).is_file())
+        if not runs:
+            raise RunError(f"{path}: neither a run folder nor a folder of runs (no {METRICS_FILE} found)")
+        groups[path.name or str(path)] = runs
+    return groups
+
+
+def plot_runs(paths: list[str | Path], metric: str = "episode_return", statistic: str = "mean",
+              out: str | Path = "curves.png", points: int = 100) -> None:
+    """Learning curves of ``metric`` against environment steps, one per group (``run_groups``): the
+    ``statistic`` over its seeds with a 95% stratified-bootstrap band (``rlkit.evaluation.curve_band``).
+    Runs are interpolated onto the steps that all runs of a group reached."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlkit.plotting import plot_mean_and_band
+    figure, ax = plt.subplots(figsize=(7, 4))
+    for label, runs in run_groups(paths).items():
+        curves = [_curve(run, metric) for run in runs]
+        grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), points)
+        values = np.array([np.interp(grid, steps, ys) for steps, ys in curves])
+        plot_mean_and_band(grid, values, ax, label=f"{label} ({len(runs)} run{'s' * (len(runs) > 1)})",
+                           band="bootstrap", statistic=statistic)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_title(f"{statistic} over runs, with a 95% stratified-bootstrap band", fontsize=10)
+    ax.legend()
+    figure.tight_layout()
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+
+
+def _curve(run: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of one run's metric, rows without the metric dropped."""
+    metrics = read_metrics(run)
+    if metric not in metrics:
+        raise RunError(f"{run}: no metric {metric!r} in {METRICS_FILE}; it has {', '.join(metrics)}")
+    keep = ~np.isnan(metrics[metric])
+    if keep.sum() == 0:
+        raise RunError(f"{run}: the metric {metric!r} has no values yet")
+    return metrics["step"][keep], metrics[metric][keep]
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "CheckpointError", "RunError", "evaluate_run", "load_run", "plot_runs", "read_metrics",
+           "train_run", "write_metrics"]
