@@ -28,12 +28,13 @@ from rlkit.advantages import gae
 from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
 from rlkit.nets import ACTIVATIONS, ActorCritic, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
-from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env
+from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env, require_registered
 from rlkit.training import (SCHEDULES, Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
                             require, require_device, require_discrete_actions_and_flat_obs, require_sequence, scheduled,
                             seed_everything)
 
 OPTIMIZERS = ("rmsprop", "adam")
+FLOAT32_TINY = torch.finfo(torch.float32).tiny
 DEFAULTS = dict(
     total_steps=500_000, num_envs=8, num_steps=5, learning_rate=7e-4, lr_schedule="constant", gamma=0.99, lam=1.0,
     ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5,
@@ -68,6 +69,7 @@ class A2CConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
+        require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "a2c", DEFAULTS)
         self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
         self._validate()
@@ -100,7 +102,8 @@ def validate_actor_critic(config) -> None:
     require(config.max_grad_norm is None or is_number(config.max_grad_norm), "max_grad_norm", "a number",
             config.max_grad_norm)
     require_device(config.device)
-    require(config.learning_rate > 0, "learning_rate", "> 0", config.learning_rate)
+    require(0 < config.learning_rate <= 1, "learning_rate", "in (0, 1] (the optimizer moves each weight by about this much)",
+            config.learning_rate)
     require(config.lr_schedule in SCHEDULES, "lr_schedule", f"one of {SCHEDULES}", config.lr_schedule)
     require(0 <= config.gamma <= 1, "gamma", "in [0, 1]", config.gamma)
     require(0 <= config.lam <= 1, "lam", "in [0, 1]", config.lam)
@@ -108,10 +111,11 @@ def validate_actor_critic(config) -> None:
     require(config.vf_coef >= 0, "vf_coef", ">= 0", config.vf_coef)
     require(config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0 (math.inf: never clip)",
             config.max_grad_norm)
-    require(config.optimizer_eps > 0, "optimizer_eps", "> 0", config.optimizer_eps)
+    require(config.optimizer_eps >= FLOAT32_TINY, "optimizer_eps", f">= {FLOAT32_TINY:.3g} (smaller is 0 in float32, and "
+            "the optimizer's step then divides 0 by 0 where a gradient is 0)", config.optimizer_eps)
     require(all(is_count(size) for size in config.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
             config.hidden_sizes)
-    require(config.activation in ACTIVATIONS, "activation", f"one of {sorted(ACTIVATIONS)}", config.activation)
+    require(isinstance(config.activation, str) and config.activation in ACTIVATIONS, "activation", f"one of {sorted(ACTIVATIONS)}", config.activation)
 
 
 def make_optimizer(parameters, config) -> torch.optim.Optimizer:

@@ -35,8 +35,9 @@ from tqdm.auto import tqdm
 from rlkit.a2c import clip_gradients, make_agent, rollout_loss, validate_actor_critic
 from rlkit.nets import ActorCritic, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
-from rlkit.rollouts import RolloutCollector, make_vector_env
-from rlkit.training import TrainResult, greedy_returns, is_count, is_number, require, require_sequence, scheduled
+from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
+from rlkit.training import (TrainResult, greedy_returns, is_count, is_number, require, require_finite_weights,
+                            require_sequence, scheduled)
 
 DEFAULTS = dict(
     total_steps=500_000, num_workers=2, num_steps=20, learning_rate=1e-3, lr_schedule="constant", gamma=0.99, lam=1.0,
@@ -72,11 +73,14 @@ class A3CConfig:
     timeout: float | None = None  # seconds before the run is stopped with an error (None: never)
 
     def __post_init__(self) -> None:
+        require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "a3c", DEFAULTS)
         self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
         self.adam_betas = require_sequence(self.adam_betas, "adam_betas", "two numbers in [0, 1)")
         require(is_count(self.num_workers), "num_workers", "an integer >= 1", self.num_workers)
         require(self.device == "cpu", "device", '"cpu" (A3C shares its model through CPU shared memory)', self.device)
+        require(isinstance(self.normalize_advantages, bool), "normalize_advantages", "True or False",
+                self.normalize_advantages)
         validate_actor_critic(self)
         require(len(self.adam_betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.adam_betas), "adam_betas",
                 "two numbers in [0, 1)", self.adam_betas)
@@ -191,6 +195,7 @@ def train(config: A3CConfig) -> TrainResult:
                     worker.kill()
                 worker.join()
     private = copy.deepcopy(agent)
+    require_finite_weights(private, f"after training (a3c, {config.env_id}, seed {config.seed})")
     return TrainResult(config, private, _history(run, started), critic=ValueView(private))
 
 

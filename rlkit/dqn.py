@@ -18,7 +18,10 @@ import torch.nn.functional as F
 from rlkit.checkpoint import env_state, load_env_state
 from rlkit.nets import QNetwork
 from rlkit.presets import fill_from_preset
-from rlkit.training import Trainer, TrainResult, fit, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
+from rlkit.rollouts import require_registered
+from rlkit.training import (Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
+                            require, require_device, require_discrete_actions_and_flat_obs, require_sequence,
+                            seed_everything)
 
 DEFAULTS = dict(
     total_steps=100_000, learning_rate=1e-3, batch_size=64, buffer_size=50_000, learning_starts=1_000, gamma=0.99,
@@ -52,23 +55,31 @@ class DQNConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
+        require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "dqn", DEFAULTS)
-        self.hidden_sizes = tuple(self.hidden_sizes)
+        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
         self._validate()
 
     def _validate(self) -> None:
+        require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
         for name in ("total_steps", "batch_size", "buffer_size", "target_update_interval", "train_frequency", "gradient_steps"):
-            value = getattr(self, name)
-            require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
-        require(self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts)
-        require(self.learning_rate > 0, "learning_rate", "> 0", self.learning_rate)
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(is_count(self.learning_starts, minimum=0), "learning_starts", "an integer >= 0", self.learning_starts)
+        for name in ("learning_rate", "gamma", "exploration_fraction", "start_epsilon", "end_epsilon"):
+            require(is_finite_number(getattr(self, name)), name, "a finite number", getattr(self, name))
+        require(is_number(self.max_grad_norm), "max_grad_norm", "a number", self.max_grad_norm)
+        require(isinstance(self.double_dqn, bool), "double_dqn", "True or False", self.double_dqn)
+        require_device(self.device)
+        require(0 < self.learning_rate <= 1, "learning_rate", "in (0, 1] (Adam moves each weight by about this much)",
+                self.learning_rate)
         require(self.buffer_size >= self.batch_size, "buffer_size", f">= batch_size ({self.batch_size})", self.buffer_size)
         require(0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
         require(0 < self.exploration_fraction <= 1, "exploration_fraction", "in (0, 1]", self.exploration_fraction)
         for name in ("start_epsilon", "end_epsilon"):
             require(0 <= getattr(self, name) <= 1, name, "in [0, 1]", getattr(self, name))
-        require(self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
-        require(all(size >= 1 for size in self.hidden_sizes), "hidden_sizes", "positive layer sizes", self.hidden_sizes)
+        require(self.max_grad_norm > 0, "max_grad_norm", "> 0 (math.inf: never clip)", self.max_grad_norm)
+        require(all(is_count(size) for size in self.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
+                self.hidden_sizes)
 
 
 class ReplayBuffer:

@@ -23,6 +23,7 @@ the action bounds only for the environment.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -101,22 +102,27 @@ class PPOConfig:
                 f">= num_envs * num_steps = {self.batch_size} (one rollout)", self.total_steps)
         require(self.minibatch_size <= self.batch_size and self.batch_size % self.minibatch_size == 0, "minibatch_size",
                 f"a divisor of num_envs * num_steps = {self.batch_size}", self.minibatch_size)
-        require(is_number(self.clip_eps) and self.clip_eps > 0, "clip_eps", "a number > 0", self.clip_eps)
+        require(is_clip_range(self.clip_eps), "clip_eps", "a number > 0 (math.inf: never clip)", self.clip_eps)
         require(self.clip_schedule in SCHEDULES, "clip_schedule", f"one of {SCHEDULES}", self.clip_schedule)
-        require(self.value_clip_eps is None or (is_number(self.value_clip_eps) and self.value_clip_eps > 0),
-                "value_clip_eps", "None or a number > 0", self.value_clip_eps)
+        require(self.value_clip_eps is None or is_clip_range(self.value_clip_eps), "value_clip_eps",
+                "None or a number > 0 (math.inf: never clip)", self.value_clip_eps)
         require(self.target_kl is None or (is_number(self.target_kl) and self.target_kl > 0), "target_kl",
                 "None or a number > 0", self.target_kl)
         require(isinstance(self.normalize_advantages, bool), "normalize_advantages", "True or False",
                 self.normalize_advantages)
         require(not self.normalize_advantages or self.minibatch_size >= 2, "normalize_advantages",
                 "False when minibatch_size < 2 (whitening needs two advantages)", self.normalize_advantages)
-        require(self.initial_log_std is None or is_finite_number(self.initial_log_std), "initial_log_std",
-                "None or a finite number",
+        require(self.initial_log_std is None or (is_finite_number(self.initial_log_std) and -20 <= self.initial_log_std <= 2),
+                "initial_log_std", "None or a number in [-20, 2] (a standard deviation from 2e-9 to 7.4)",
                 self.initial_log_std)
         require(isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env)
         require(not self.batched_env or self.env_id in BATCHED_ENVS, "batched_env",
                 f"False for {self.env_id!r} (batched versions exist of {sorted(BATCHED_ENVS)})", self.batched_env)
+
+
+def is_clip_range(value) -> bool:
+    """A clip range: a number > 0 that float32 holds, or math.inf (never clip)."""
+    return is_number(value) and value > 0 and (value == math.inf or value <= torch.finfo(torch.float32).max)
 
 
 def make_agent(config: PPOConfig, envs: gym.vector.VectorEnv) -> ActorCritic:

@@ -28,11 +28,14 @@ import numpy as np
 import torch
 
 from rlkit.advantages import discounted_returns
+from rlkit.checkpoint import env_state, load_env_state
 from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
 from rlkit.presets import fill_from_preset
-from rlkit.checkpoint import env_state, load_env_state
-from rlkit.training import Trainer, TrainResult, fit, greedy_returns, require, require_discrete_actions_and_flat_obs, seed_everything
+from rlkit.rollouts import require_registered
+from rlkit.training import (Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
+                            require, require_device, require_discrete_actions_and_flat_obs, require_sequence,
+                            seed_everything)
 
 DEFAULTS = dict(
     total_steps=200_000, episodes_per_update=8, learning_rate=1e-3, value_learning_rate=1e-3, value_epochs=10,
@@ -60,19 +63,27 @@ class ReinforceConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
+        require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "reinforce", DEFAULTS)
-        self.hidden_sizes = tuple(self.hidden_sizes)
+        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
         self._validate()
 
     def _validate(self) -> None:
+        require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
         for name in ("total_steps", "episodes_per_update", "value_epochs"):
-            value = getattr(self, name)
-            require(isinstance(value, int) and value >= 1, name, "an integer >= 1", value)
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        for name in ("learning_rate", "value_learning_rate", "gamma"):
+            require(is_finite_number(getattr(self, name)), name, "a finite number", getattr(self, name))
+        for name in ("baseline", "normalize_advantages"):
+            require(isinstance(getattr(self, name), bool), name, "True or False", getattr(self, name))
+        require_device(self.device)
         for name in ("learning_rate", "value_learning_rate"):
-            require(getattr(self, name) > 0, name, "> 0", getattr(self, name))
+            require(0 < getattr(self, name) <= 1, name, "in (0, 1] (Adam moves each weight by about this much)",
+                    getattr(self, name))
         require(0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
-        require(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", "> 0 or None", self.max_grad_norm)
-        require(all(isinstance(s, int) and s >= 1 for s in self.hidden_sizes), "hidden_sizes", "positive layer sizes",
+        require(self.max_grad_norm is None or (is_number(self.max_grad_norm) and self.max_grad_norm > 0),
+                "max_grad_norm", "> 0 or None", self.max_grad_norm)
+        require(all(is_count(size) for size in self.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
                 self.hidden_sizes)
 
 

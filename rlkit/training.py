@@ -46,8 +46,10 @@ def require(condition: bool, field_name: str, allowed: str, value: Any) -> None:
 
 
 def is_number(value: Any) -> bool:
-    """A real number (not a bool, not a string)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A real number (not a bool, not a string) that torch takes as a scalar: an int must fit in 64 bits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, float) or -(2**63) <= value < 2**63
 
 
 def is_finite_number(value: Any) -> bool:
@@ -60,9 +62,9 @@ def is_seed(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
 
 
-def is_count(value: Any) -> bool:
-    """An integer >= 1 (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def is_count(value: Any, minimum: int = 1) -> bool:
+    """An integer >= ``minimum`` (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def require_sequence(value: Any, field_name: str, allowed: str) -> tuple:
@@ -74,12 +76,16 @@ def require_sequence(value: Any, field_name: str, allowed: str) -> tuple:
 def require_device(device: Any) -> None:
     """A ValueError naming ``device`` unless it is "cpu", or a CUDA or MPS device this machine has."""
     try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError):
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):  # ValueError: an index too large for C's long long
         raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    kind = parsed.type
     available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     require(available.get(kind, False), "device", f"'cpu' or an available device (CUDA: {available['cuda']}, "
             f"MPS: {available['mps']})", device)
+    if kind == "cuda" and parsed.index is not None:
+        require(parsed.index < torch.cuda.device_count(), "device",
+                f"a CUDA device this machine has (indices 0 to {torch.cuda.device_count() - 1})", device)
 
 
 def require_discrete_actions_and_flat_obs(env_id: str, action_space, observation_space, algorithm: str) -> None:
@@ -130,6 +136,7 @@ class TrainingDiverged(RuntimeError):
 
 
 MAY_BE_UNDEFINED = frozenset({"explained_variance"})  # NaN by definition when every return is the same (Var[R] = 0)
+SETTINGS = frozenset({"learning_rate", "clip_eps", "epsilon"})  # scheduled hyperparameters, not measurements (inf: never clip)
 
 
 class Trainer:
@@ -169,7 +176,7 @@ class Trainer:
         if row is None:
             return None
         bad = [name for name, value in row.items()
-               if not math.isfinite(value) and not (name in MAY_BE_UNDEFINED and math.isnan(value))]
+               if not math.isfinite(value) and name not in SETTINGS and not (name in MAY_BE_UNDEFINED and math.isnan(value))]
         if bad:
             raise TrainingDiverged(f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
                                    f"({self.algorithm}, {self.config.env_id}, seed {self.config.seed})")
@@ -205,6 +212,13 @@ class Trainer:
         """Release the environments."""
 
 
+def require_finite_weights(module: torch.nn.Module, when: str) -> None:
+    """``TrainingDiverged`` naming the first parameter of ``module`` that holds a NaN or an infinity."""
+    for name, parameter in module.named_parameters():
+        if not torch.isfinite(parameter).all():
+            raise TrainingDiverged(f"{when}: the weights {name} are not finite")
+
+
 def fit(trainer: Trainer, progress: bool = False, after_update: Callable[[Trainer], None] | None = None) -> TrainResult:
     """Run ``trainer``'s remaining updates (with a progress bar); ``after_update(trainer)`` after each. Closes it."""
     config = trainer.config
@@ -217,6 +231,9 @@ def fit(trainer: Trainer, progress: bool = False, after_update: Callable[[Traine
                 bar.update(trainer.progress[0] - bar.n)
                 if after_update is not None:
                     after_update(trainer)
-        return trainer.result()
+        result = trainer.result()
+        require_finite_weights(result.agent, f"after update {trainer.updates_done} ({trainer.algorithm}, {config.env_id}, "
+                                             f"seed {config.seed})")
+        return result
     finally:
         trainer.close()

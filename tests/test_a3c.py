@@ -110,7 +110,7 @@ def test_timeout_stops_the_run_with_a_clear_error():
     ("num_workers", -1, "num_workers must be an integer >= 1"),
     ("num_steps", 0, "num_steps must be an integer >= 1"),
     ("total_steps", 0, "total_steps must be an integer >= 1"),
-    ("learning_rate", -1e-3, "learning_rate must be > 0"),
+    ("learning_rate", -1e-3, r"learning_rate must be in \(0, 1\]"),
     ("device", "cuda", "device must be \"cpu\""),
     ("adam_betas", (0.9, 1.0), "adam_betas must be two numbers"),
     ("timeout", 0, "timeout must be > 0 or None"),

@@ -276,7 +276,7 @@ def test_set_values_are_parsed_as_python_literals(text, value):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "ppo", "--out", "{tmp}/r", "--set", "clip_eps=-1"], "clip_eps must be a number > 0, got -1"),
+    (["train", "ppo", "--out", "{tmp}/r", "--set", "clip_eps=-1"], "clip_eps must be a number > 0 (math.inf: never clip), got -1"),
     (["train", "ppo", "--out", "{tmp}/r", "--set", "nonsense=1"], "'nonsense' is not a field of PPOConfig"),
     (["train", "ppo", "--out", "{tmp}/r", "--set", "clip_eps"], "--set takes FIELD=VALUE"),
     (["train", "dqn", "--out", "{tmp}/r", "--env", "Pendulum-v1"], "env_id"),
