@@ -156,12 +156,14 @@ def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int = 1
     trainer = spec.trainer(config)
     if resume and (out / CHECKPOINT_FILE).is_file():
         trainer.load_state_dict(load_checkpoint(out / CHECKPOINT_FILE, config.device))
-    logger = _tensorboard(out, trainer.updates_done)
+    logger = _tensorboard(out, trainer.history[-1]["step"] + 1 if trainer.history else None)
 
     def after_update(trainer: Trainer) -> None:
         if logger is not None:
-            for name, value in trainer.history[-1].items():
-                logger.add_scalar(name, value, trainer.updates_done)
+            row = trainer.history[-1]
+            for name, value in row.items():
+                if name != "step":
+                    logger.add_scalar(name, value, row["step"])  # x-axis: environment steps, as in rlkit plot
         if trainer.updates_done % checkpoint_every == 0 or trainer.finished:
             save_checkpoint(trainer.state_dict(), out / CHECKPOINT_FILE)
             write_metrics(out, trainer.history)
@@ -178,13 +180,14 @@ def _final_state(spec: Algorithm, result: TrainResult) -> dict:
     return {"algorithm": spec.name, "resumable": False, "agent": result.agent.state_dict(), "history": result.history}
 
 
-def _tensorboard(out: Path, first_step: int):
-    """A TensorBoard writer when tensorboard is installed (events after ``first_step`` are purged on resume)."""
+def _tensorboard(out: Path, purge_step: int | None):
+    """A TensorBoard writer when tensorboard is installed; on resume, events from ``purge_step`` on (written
+    after the checkpoint, before the crash) are dropped, so that they are not shown twice."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         return None
-    return SummaryWriter(str(out), purge_step=first_step + 1 if first_step else None)
+    return SummaryWriter(str(out), purge_step=purge_step)
 
 
 # Using a finished (or interrupted) run --------------------------------------------------------------
