@@ -16,6 +16,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import os
 import re
 import sys
 
@@ -159,7 +160,7 @@ def command_train(args) -> None:
             raise ValueError("--out RUN is required: the folder that will hold the run")
         spec = algorithm_named(args.algorithm)
         config, out = _config_from(args, spec), args.out
-    checkpoint_every = getattr(args, "checkpoint_every", 10)
+    checkpoint_every = None if resume is not None else args.checkpoint_every
     result = train_run(spec.name, config, out, checkpoint_every, resume=resume is not None)
     returns = [row["episode_return"] for row in result.history[-10:] if "episode_return" in row]
     print(f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: {len(result.history)} updates"
@@ -217,6 +218,8 @@ COMMANDS = {"train": command_train, "eval": command_eval, "render": command_rend
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.getcwd() not in sys.path:  # as ``python -m rlkit`` does: "module:Env-v0" ids can name local modules
+        sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)

@@ -24,7 +24,7 @@ import torch
 
 from rlkit import a2c, a3c, dqn, ppo, reinforce
 from rlkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from rlkit.training import Trainer, TrainResult, fit
+from rlkit.training import Trainer, TrainResult, fit, require_finite_weights
 
 CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE = "config.json", "metrics.csv", "checkpoint.pt"
 
@@ -88,9 +88,9 @@ def prepare_folder(out: str | Path, resume: bool) -> Path:
     return out
 
 
-def save_config(out: Path, algorithm: str, config) -> None:
-    _write_atomically(out / CONFIG_FILE, json.dumps({"algorithm": algorithm, "config": dataclasses.asdict(config)},
-                                                    indent=2, default=_json_number))
+def save_config(out: Path, algorithm: str, config, checkpoint_every: int = 10) -> None:
+    saved = {"algorithm": algorithm, "checkpoint_every": checkpoint_every, "config": dataclasses.asdict(config)}
+    _write_atomically(out / CONFIG_FILE, json.dumps(saved, indent=2, default=_json_number))
 
 
 def load_config(out: str | Path):
@@ -130,15 +130,27 @@ def read_metrics(out: str | Path) -> dict[str, np.ndarray]:
 
 def _write_atomically(path: Path, text: str) -> None:
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
+    with open(partial, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(partial, path)
+
+
+def saved_checkpoint_every(out: str | Path) -> int:
+    """The ``checkpoint_every`` a run was started with (10 for runs saved before it was recorded)."""
+    return json.loads((Path(out) / CONFIG_FILE).read_text()).get("checkpoint_every", 10)
 
 
 # Training ---------------------------------------------------------------------------------------------
 
-def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int = 10, resume: bool = False) -> TrainResult:
+def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int | None = None,
+              resume: bool = False) -> TrainResult:
     """Train ``config`` into the run folder ``out`` (or continue the run there with ``resume``), writing a
-    checkpoint and the metrics every ``checkpoint_every`` updates and at the end."""
+    checkpoint and the metrics every ``checkpoint_every`` updates (default 10; on resume, the run's own)
+    and at the end. A checkpoint is written only from finite weights."""
+    if checkpoint_every is None:
+        checkpoint_every = saved_checkpoint_every(out) if resume and (Path(out) / CONFIG_FILE).is_file() else 10
     if not (isinstance(checkpoint_every, int) and not isinstance(checkpoint_every, bool) and checkpoint_every >= 1):
         raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
     spec = algorithm_named(algorithm)
@@ -147,7 +159,7 @@ def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int = 1
         raise RunError(f"{spec.name} runs cannot be resumed: its workers update the model asynchronously, "
                        "so no state between two updates describes the whole run")
     if not resume:
-        save_config(out, spec.name, config)
+        save_config(out, spec.name, config, checkpoint_every)
     if spec.trainer is None:
         result = spec.module.train(config)
         save_checkpoint(_final_state(spec, result), out / CHECKPOINT_FILE)
@@ -165,6 +177,10 @@ def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int = 1
                 if name != "step":
                     logger.add_scalar(name, value, row["step"])  # x-axis: environment steps, as in rlkit plot
         if trainer.updates_done % checkpoint_every == 0 or trainer.finished:
+            for module in trainer.modules():
+                require_finite_weights(module, f"after update {trainer.updates_done} ({spec.name}, {config.env_id}, "
+                                               f"seed {config.seed}); the last checkpoint holds update "
+                                               f"{_saved_updates(out)}")
             save_checkpoint(trainer.state_dict(), out / CHECKPOINT_FILE)
             write_metrics(out, trainer.history)
 
@@ -173,6 +189,11 @@ def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int = 1
     finally:
         if logger is not None:
             logger.close()
+
+
+def _saved_updates(out: Path):
+    path = out / CHECKPOINT_FILE
+    return load_checkpoint(path)["updates_done"] if path.is_file() else "none (no checkpoint yet)"
 
 
 def _final_state(spec: Algorithm, result: TrainResult) -> dict:

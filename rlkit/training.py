@@ -208,6 +208,11 @@ class Trainer:
     def result(self) -> TrainResult:
         raise NotImplementedError
 
+    def modules(self) -> list[torch.nn.Module]:
+        """The networks being trained (checked for finite weights before a checkpoint is written)."""
+        result = self.result()
+        return [module for module in (result.agent, result.critic) if module is not None]
+
     def close(self) -> None:
         """Release the environments."""
 
