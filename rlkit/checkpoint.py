@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import gymnasium as gym
 import numpy as np
@@ -27,27 +29,40 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be written or does not match the run it is loaded into."""
 
 
-def save_checkpoint(state: dict, path: str | Path) -> None:
-    """Write ``state`` to ``path`` atomically: on any failure the file already at ``path`` is left as it was."""
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write(file)`` on a fresh file next to ``path``, flush it to disk, and rename it over ``path``:
+    on any failure the file already at ``path`` is left as it was, and no partial file remains."""
     path = Path(path)
-    partial = path.with_name(path.name + ".partial")
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
     try:
-        with open(partial, "wb") as file:
-            torch.save(state, file)
+        with os.fdopen(descriptor, "wb") as file:
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(partial, path)
     except BaseException as error:
-        partial.unlink(missing_ok=True)
+        Path(partial).unlink(missing_ok=True)
         if isinstance(error, Exception):
-            raise CheckpointError(f"could not write the checkpoint {path} ({type(error).__name__}: {error}); "
-                                  "the previous checkpoint is intact") from error
+            raise CheckpointError(f"could not write {path} ({type(error).__name__}: {error}); "
+                                  "the previous version of the file is intact") from error
         raise
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint written by ``save_checkpoint``, with ``weights_only=True``."""
-    return torch.load(path, map_location=device, weights_only=True)
+def save_checkpoint(state: dict, path: str | Path) -> None:
+    """Write ``state`` to ``path`` atomically (``write_atomically``)."""
+    write_atomically(path, lambda file: torch.save(state, file))
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Read a checkpoint written by ``save_checkpoint``, with ``weights_only=True``, onto the CPU (loading
+    copies each tensor to where its module or optimizer lives; generator states must stay on the CPU)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as error:
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
 
 
 # Random number generators ---------------------------------------------------------------------------
@@ -120,17 +135,50 @@ def _layers(env) -> list:
     return layers
 
 
+class _Unsupported(Exception):
+    """A value ``_encode`` does not know how to save (left out of the env state)."""
+
+
+def _encode(value):
+    """A value as plain checkpoint data: NumPy arrays and scalars as tensors (their dtype kept), tuples and
+    lists element by element, NumPy generators as their state. Anything else is ``_Unsupported``."""
+    if isinstance(value, np.generic):  # before PLAIN: np.float64 is a float, but pickles as a NumPy object
+        return {"__numpy_scalar__": torch.from_numpy(np.array(value))}
+    if isinstance(value, PLAIN):
+        return value
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return torch.from_numpy(value.copy())
+    if isinstance(value, (tuple, list)):
+        return {"__sequence__": [_encode(item) for item in value], "tuple": isinstance(value, tuple)}
+    if isinstance(value, np.random.Generator):
+        return {"__generator__": value.bit_generator.state}
+    raise _Unsupported
+
+
+def _decode(value):
+    if isinstance(value, torch.Tensor):
+        return value.numpy().copy()
+    if isinstance(value, dict) and "__numpy_scalar__" in value:
+        return value["__numpy_scalar__"].numpy()[()]
+    if isinstance(value, dict) and "__sequence__" in value:
+        items = [_decode(item) for item in value["__sequence__"]]
+        return tuple(items) if value["tuple"] else items
+    if isinstance(value, dict) and "__generator__" in value:
+        return _generator(value["__generator__"])
+    return value
+
+
 def _object_state(layer) -> dict:
     state: dict[str, Any] = {"__class__": type(layer).__name__}
     for name, value in vars(layer).items():
-        if isinstance(value, PLAIN):
-            state[name] = value
-        elif isinstance(value, np.ndarray) and value.dtype != object:
-            state[name] = torch.from_numpy(value.copy())
-        elif isinstance(value, np.random.Generator):
-            state[name] = {"__generator__": value.bit_generator.state}
-        elif isinstance(value, gym.spaces.Space) and value._np_random is not None:
-            state[name] = {"__space_generator__": value._np_random.bit_generator.state}
+        if isinstance(value, gym.spaces.Space):
+            if value._np_random is not None:
+                state[name] = {"__space_generator__": value._np_random.bit_generator.state}
+            continue
+        try:
+            state[name] = _encode(value)
+        except _Unsupported:  # wrapped envs (saved as layers of their own), specs, render surfaces, dicts
+            pass
     return state
 
 
@@ -138,14 +186,10 @@ def _load_object_state(layer, state: dict) -> None:
     for name, value in state.items():
         if name == "__class__":
             continue
-        if isinstance(value, torch.Tensor):
-            setattr(layer, name, value.numpy().copy())
-        elif isinstance(value, dict) and "__generator__" in value:
-            setattr(layer, name, _generator(value["__generator__"]))
-        elif isinstance(value, dict) and "__space_generator__" in value:
+        if isinstance(value, dict) and "__space_generator__" in value:
             getattr(layer, name)._np_random = _generator(value["__space_generator__"])
         else:
-            setattr(layer, name, value)
+            setattr(layer, name, _decode(value))
 
 
 def _generator(state: dict) -> np.random.Generator:

@@ -19,6 +19,7 @@ import inspect
 import os
 import re
 import sys
+from pathlib import Path
 
 from rlkit.checkpoint import CheckpointError
 from rlkit.presets import PRESETS
@@ -99,7 +100,7 @@ def parse_settings(pairs: list[str], config_class: type) -> dict:
             raise ValueError(f"--set takes FIELD=VALUE, got {pair!r}")
         if name not in names:
             raise ValueError(f"--set: {name!r} is not a field of {config_class.__name__}; fields: {', '.join(sorted(names))}")
-        settings[name] = parse_value(text)
+        settings[name] = parse_value(text.strip())
     return settings
 
 
@@ -110,30 +111,34 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train an algorithm (or resume a run)",
                                 description="Train ALGO, or continue a run with --resume RUN.")
     train.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last checkpoint")
+    train.add_argument("--checkpoint-every", dest="resume_checkpoint_every", type=int, metavar="N",
+                       help="with --resume: write a checkpoint every N updates (default: the run's own)")
     algorithms = train.add_subparsers(dest="algorithm", metavar="ALGO", required=False)
     for name in ALGORITHMS:
         sub = algorithms.add_parser(name, help=f"train {name}", epilog=hyperparameter_help(name),
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-        sub.add_argument("--env", dest="env_id", default="CartPole-v1", help="Gymnasium environment id (default: %(default)s)")
-        sub.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+        sub.add_argument("--env", dest="env_id", help="Gymnasium environment id (default: CartPole-v1)")
+        sub.add_argument("--seed", type=int, help="random seed (default: 0)")
         sub.add_argument("--total-steps", type=int, help="environment steps (default: the preset's or the algorithm's)")
         sub.add_argument("--out", metavar="RUN", help="the run folder to create, e.g. runs/ppo-cartpole-s0")
         sub.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
                          help="any other hyperparameter (repeatable); see the list below")
-        sub.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
-                         help="write a checkpoint and the metrics every N updates (default: %(default)s)")
+        sub.add_argument("--checkpoint-every", type=int, metavar="N",
+                         help="write a checkpoint and the metrics every N updates (default: 10; on --resume the run's own)")
         sub.add_argument("--resume", dest="resume_here", metavar="RUN", help="continue this run (the options must match it)")
 
     evaluate = commands.add_parser("eval", help="evaluate a run's greedy policy")
     evaluate.add_argument("run", metavar="RUN")
     evaluate.add_argument("--episodes", type=int, default=100, help="episodes to play (default: %(default)s)")
     evaluate.add_argument("--seed", type=int, default=10_000, help="environment seed, unlike training's (default: %(default)s)")
+    evaluate.add_argument("--device", help="evaluate on this device instead of the run's (e.g. cpu for a run trained on cuda)")
 
     render = commands.add_parser("render", help="record one episode of a run's greedy policy as a GIF")
     render.add_argument("run", metavar="RUN")
     render.add_argument("--gif", required=True, help="the GIF file to write")
     render.add_argument("--seed", type=int, default=0, help="environment seed (default: %(default)s)")
     render.add_argument("--max-steps", type=int, default=500, help="stop after this many steps (default: %(default)s)")
+    render.add_argument("--device", help="run the policy on this device instead of the run's")
 
     plot = commands.add_parser("plot", help="learning curves of runs: mean or IQM over seeds with a bootstrap band",
                                description="Each RUN is a run folder, or a folder whose sub-folders are runs "
@@ -146,50 +151,60 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_train(args) -> None:
-    resume = args.resume or getattr(args, "resume_here", None)
+    resumes = [run for run in (args.resume, getattr(args, "resume_here", None)) if run is not None]
+    if len(set(resumes)) > 1:
+        raise ValueError(f"--resume was given two runs: {' and '.join(resumes)}")
+    resume = resumes[0] if resumes else None
+    checkpoint_every = getattr(args, "checkpoint_every", None) or args.resume_checkpoint_every
     if args.algorithm is None and resume is None:
         raise ValueError("train needs an ALGO (one of " + ", ".join(ALGORITHMS) + ") or --resume RUN")
     if resume is not None:
         spec, config = load_config(resume)
         if args.algorithm is not None:
-            _require_same(spec.name, config, _config_from(args, spec))
-        config = dataclasses.replace(config, progress=True)
-        out = resume
+            _require_same(spec.name, config, args, resume)
+        config, out = dataclasses.replace(config, progress=True), resume
     else:
         if args.out is None:
             raise ValueError("--out RUN is required: the folder that will hold the run")
         spec = algorithm_named(args.algorithm)
         config, out = _config_from(args, spec), args.out
-    checkpoint_every = None if resume is not None else args.checkpoint_every
     result = train_run(spec.name, config, out, checkpoint_every, resume=resume is not None)
     returns = [row["episode_return"] for row in result.history[-10:] if "episode_return" in row]
     print(f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: {len(result.history)} updates"
           + (f", training return over the last updates {sum(returns) / len(returns):.1f}" if returns else ""))
 
 
+def _given_fields(args, spec) -> dict:
+    """The config fields the command line gives explicitly."""
+    fields = parse_settings(args.settings, spec.config)
+    for name, value in (("env_id", args.env_id), ("seed", args.seed), ("total_steps", args.total_steps)):
+        if value is not None:
+            fields[name] = value
+    return fields
+
+
 def _config_from(args, spec):
-    settings = parse_settings(args.settings, spec.config)
-    fields = dict(env_id=args.env_id, seed=args.seed, progress=True)
-    if args.total_steps is not None:
-        fields["total_steps"] = args.total_steps
-    return spec.config(**{**fields, **settings})
+    return spec.config(**{"env_id": "CartPole-v1", "seed": 0, **_given_fields(args, spec), "progress": True})
 
 
-def _require_same(algorithm: str, saved, given) -> None:
-    """``--resume`` with the original options: they must describe the saved run."""
-    if type(saved) is not type(given):
-        raise ValueError(f"--resume: the run is of {algorithm}, not {type(given).__name__}")
-    different = [f.name for f in dataclasses.fields(saved) if f.name != "progress"
-                 and getattr(saved, f.name) != getattr(given, f.name)]
+def _require_same(algorithm: str, saved, args, run: str) -> None:
+    """``--resume`` with ALGO and options: they must describe the saved run (options left out are the run's)."""
+    if args.algorithm != algorithm:
+        raise ValueError(f"--resume {run}: the run is of {algorithm}, not {args.algorithm}")
+    if args.out is not None and Path(args.out).resolve() != Path(run).resolve():
+        raise ValueError(f"--out {args.out} and --resume {run} name different runs")
+    given = _given_fields(args, ALGORITHMS[algorithm])
+    given = dataclasses.asdict(dataclasses.replace(saved, **given)) if given else {}
+    different = [name for name, value in given.items() if value != getattr(saved, name)]
     if different:
         raise ValueError("--resume: these options differ from the saved run's config: " + ", ".join(
-            f"{name} (saved {getattr(saved, name)!r}, given {getattr(given, name)!r})" for name in different))
+            f"{name} (saved {getattr(saved, name)!r}, given {given[name]!r})" for name in different))
 
 
 def command_eval(args) -> None:
     from rlkit.evaluation import iqm, stratified_bootstrap_ci
     from rlkit.runs import evaluate_run
-    returns = evaluate_run(args.run, args.episodes, args.seed)
+    returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
     point, low, high = stratified_bootstrap_ci(returns, "mean", seed=0)
     print(f"{args.run}: greedy return over {len(returns)} episodes: mean {point:.2f} (95% bootstrap CI {low:.2f} to "
           f"{high:.2f}), std {returns.std():.2f}, IQM {iqm(returns):.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
@@ -200,7 +215,7 @@ def command_render(args) -> None:
 
     from rlkit.rendering import record_gif
     from rlkit.runs import load_run
-    spec, result = load_run(args.run)
+    spec, result = load_run(args.run, args.device)
     env = gym.make(result.config.env_id)
     act = spec.greedy_policy(result, env.action_space)
     env.close()
@@ -223,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except (ValueError, RunError, CheckpointError, TrainingDiverged) as error:
+    except (ValueError, RunError, CheckpointError, TrainingDiverged, OSError) as error:
         print(f"rlkit {args.command}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -14,7 +14,6 @@ import csv
 import dataclasses
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -23,7 +22,8 @@ import numpy as np
 import torch
 
 from rlkit import a2c, a3c, dqn, ppo, reinforce
-from rlkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rlkit.checkpoint import (CheckpointError, global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state,
+                              write_atomically)
 from rlkit.training import Trainer, TrainResult, fit, require_finite_weights
 
 CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE = "config.json", "metrics.csv", "checkpoint.pt"
@@ -93,14 +93,30 @@ def save_config(out: Path, algorithm: str, config, checkpoint_every: int = 10) -
     _write_atomically(out / CONFIG_FILE, json.dumps(saved, indent=2, default=_json_number))
 
 
-def load_config(out: str | Path):
-    """``(Algorithm, config)`` of the run in ``out``."""
+def read_saved_config(out: str | Path) -> dict:
+    """``config.json`` of the run in ``out``, checked for its keys (a RunError naming the file otherwise)."""
     path = Path(out) / CONFIG_FILE
     if not path.is_file():
         raise RunError(f"{out}: no run there (no {CONFIG_FILE})")
-    saved = json.loads(path.read_text())
-    algorithm = algorithm_named(saved["algorithm"])
-    return algorithm, algorithm.config(**saved["config"])
+    try:
+        saved = json.loads(path.read_text())
+        if not (isinstance(saved, dict) and saved.get("algorithm") in ALGORITHMS and isinstance(saved.get("config"), dict)):
+            raise ValueError(f"it needs an 'algorithm' (one of {sorted(ALGORITHMS)}) and a 'config' object")
+    except ValueError as error:  # json.JSONDecodeError is a ValueError
+        raise RunError(f"{path} is not a run's config: {error}") from None
+    return saved
+
+
+def load_config(out: str | Path, device: str | None = None):
+    """``(Algorithm, config)`` of the run in ``out`` (on ``device`` instead of the saved one, when given)."""
+    saved = read_saved_config(out)
+    algorithm = ALGORITHMS[saved["algorithm"]]
+    fields = dict(saved["config"], **({} if device is None else {"device": device}))
+    known = {field.name for field in dataclasses.fields(algorithm.config)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise RunError(f"{Path(out) / CONFIG_FILE}: {', '.join(unknown)} not fields of {algorithm.config.__name__}")
+    return algorithm, algorithm.config(**fields)
 
 
 def _json_number(value):
@@ -129,17 +145,7 @@ def read_metrics(out: str | Path) -> dict[str, np.ndarray]:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "w") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(partial, path)
-
-
-def saved_checkpoint_every(out: str | Path) -> int:
-    """The ``checkpoint_every`` a run was started with (10 for runs saved before it was recorded)."""
-    return json.loads((Path(out) / CONFIG_FILE).read_text()).get("checkpoint_every", 10)
+    write_atomically(path, lambda file: file.write(text.encode()))
 
 
 # Training ---------------------------------------------------------------------------------------------
@@ -150,7 +156,7 @@ def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int | N
     checkpoint and the metrics every ``checkpoint_every`` updates (default 10; on resume, the run's own)
     and at the end. A checkpoint is written only from finite weights."""
     if checkpoint_every is None:
-        checkpoint_every = saved_checkpoint_every(out) if resume and (Path(out) / CONFIG_FILE).is_file() else 10
+        checkpoint_every = read_saved_config(out).get("checkpoint_every", 10) if resume else 10
     if not (isinstance(checkpoint_every, int) and not isinstance(checkpoint_every, bool) and checkpoint_every >= 1):
         raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
     spec = algorithm_named(algorithm)
@@ -158,24 +164,33 @@ def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int | N
     if resume and spec.trainer is None:
         raise RunError(f"{spec.name} runs cannot be resumed: its workers update the model asynchronously, "
                        "so no state between two updates describes the whole run")
-    if not resume:
-        save_config(out, spec.name, config, checkpoint_every)
     if spec.trainer is None:
+        save_config(out, spec.name, config, checkpoint_every)
         result = spec.module.train(config)
         save_checkpoint(_final_state(spec, result), out / CHECKPOINT_FILE)
         write_metrics(out, result.history)
         return result
-    trainer = spec.trainer(config)
-    if resume and (out / CHECKPOINT_FILE).is_file():
-        trainer.load_state_dict(load_checkpoint(out / CHECKPOINT_FILE, config.device))
-    logger = _tensorboard(out, trainer.history[-1]["step"] + 1 if trainer.history else None)
+    trainer = spec.trainer(config)  # builds the envs and the agent: a config they refuse leaves no run behind
+    try:
+        if not resume:
+            save_config(out, spec.name, config, checkpoint_every)
+        elif (out / CHECKPOINT_FILE).is_file():
+            trainer.load_state_dict(load_checkpoint(out / CHECKPOINT_FILE))
+            write_metrics(out, trainer.history)  # a crash may have come between the checkpoint and the metrics
+        logger = _tensorboard(out, trainer.history[-1]["step"] + 1 if trainer.history else None)
+    except BaseException:
+        trainer.close()
+        raise
+    logged = len(trainer.history)
 
     def after_update(trainer: Trainer) -> None:
+        nonlocal logged
         if logger is not None:
-            row = trainer.history[-1]
-            for name, value in row.items():
-                if name != "step":
-                    logger.add_scalar(name, value, row["step"])  # x-axis: environment steps, as in rlkit plot
+            for row in trainer.history[logged:]:  # DQN's last call may add no row
+                for name, value in row.items():
+                    if name != "step":
+                        logger.add_scalar(name, value, row["step"])  # x-axis: environment steps, as in rlkit plot
+        logged = len(trainer.history)
         if trainer.updates_done % checkpoint_every == 0 or trainer.finished:
             for module in trainer.modules():
                 require_finite_weights(module, f"after update {trainer.updates_done} ({spec.name}, {config.env_id}, "
@@ -213,33 +228,38 @@ def _tensorboard(out: Path, purge_step: int | None):
 
 # Using a finished (or interrupted) run --------------------------------------------------------------
 
-def load_run(out: str | Path) -> tuple[Algorithm, TrainResult]:
-    """The run in ``out`` as a ``TrainResult`` with the agent of its latest checkpoint."""
-    spec, config = load_config(out)
+def load_run(out: str | Path, device: str | None = None) -> tuple[Algorithm, TrainResult]:
+    """The run in ``out`` as a ``TrainResult`` with the agent of its latest checkpoint, on ``device`` (None:
+    the run's own). The caller's random generators are left as they were."""
+    spec, config = load_config(out, device)
     path = Path(out) / CHECKPOINT_FILE
     if not path.is_file():
         raise RunError(f"{out}: no {CHECKPOINT_FILE} yet (the run stopped before its first checkpoint)")
-    state = load_checkpoint(path, config.device)
-    if spec.trainer is None:
-        envs = a2c.make_vector_env(config.env_id, 1)
-        agent = a2c.make_agent(config, envs)
-        envs.close()
-        agent.load_state_dict(state["agent"])
-        return spec, TrainResult(config, agent, list(state["history"]))
-    trainer = spec.trainer(config)
+    state = load_checkpoint(path)
+    generators = global_rng_state()
     try:
-        trainer.load_state_dict(state)
-        return spec, trainer.result()
+        if spec.trainer is None:
+            envs = a2c.make_vector_env(config.env_id, 1)
+            agent = a2c.make_agent(config, envs)
+            envs.close()
+            agent.load_state_dict(state["agent"])
+            return spec, TrainResult(config, agent, list(state["history"]))
+        trainer = spec.trainer(config)
+        try:
+            trainer.load_state_dict(state)
+            return spec, trainer.result()
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        set_global_rng_state(generators)
 
 
-def evaluate_run(out: str | Path, episodes: int = 100, seed: int = 10_000) -> np.ndarray:
+def evaluate_run(out: str | Path, episodes: int = 100, seed: int = 10_000, device: str | None = None) -> np.ndarray:
     """The greedy policy's undiscounted return in each of ``episodes`` episodes (seeds unlike training's)."""
     import gymnasium as gym
 
     from rlkit.training import greedy_returns
-    spec, result = load_run(out)
+    spec, result = load_run(out, device)
     env = gym.make(result.config.env_id)
     act = spec.greedy_policy(result, env.action_space)
     env.close()
@@ -256,7 +276,8 @@ def run_groups(paths: list[str | Path]) -> dict[str, list[Path]]:
         runs = [path] if (path / METRICS_FILE).is_file() else sorted(p for p in path.glob("*") if (p / METRICS_FILE).is_file())
         if not runs:
             raise RunError(f"{path}: neither a run folder nor a folder of runs (no {METRICS_FILE} found)")
-        groups[path.name or str(path)] = runs
+        label = path.name or str(path)
+        groups[label if label not in groups else str(path)] = runs  # two folders of one name: their full paths
     return groups
 
 

@@ -29,11 +29,14 @@ SMALL = {
     "ppo-gym-envs": ppo.PPOConfig(total_steps=128 * 10, num_envs=4, num_steps=32, minibatch_size=32, batched_env=False),
     "a2c": a2c.A2CConfig(total_steps=40 * 40, seed=3, lr_schedule="linear"),
     "a2c-adam": a2c.A2CConfig(total_steps=40 * 40, optimizer="adam", batched_env=False),
+    "a2c-mountaincar": a2c.A2CConfig(env_id="MountainCar-v0", total_steps=40 * 12, seed=1),  # its state is a tuple
     "reinforce": reinforce.ReinforceConfig(total_steps=3000, seed=3),
     "reinforce-no-baseline": reinforce.ReinforceConfig(total_steps=3000, baseline=False),
     "dqn": dqn.DQNConfig(total_steps=3000, learning_starts=500, buffer_size=1000, target_update_interval=200, seed=3,
                          gradient_steps=8),
 }
+SMALL["dqn-float32-reward"] = dqn.DQNConfig(env_id="tests.crashing_env:rlkit-test/Float32RewardCartPole-v0",
+                                           total_steps=3000, learning_starts=500, buffer_size=1000, gradient_steps=8)
 TRAINERS = {"ppo": ppo.PPOTrainer, "a2c": a2c.A2CTrainer, "reinforce": reinforce.ReinforceTrainer, "dqn": dqn.DQNTrainer}
 
 
@@ -132,7 +135,7 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypa
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpoint.torch, "save", disk_full)
-    with pytest.raises(CheckpointError, match="No space left on device.*previous checkpoint is intact"):
+    with pytest.raises(CheckpointError, match="No space left on device.*previous version of the file is intact"):
         save_checkpoint({"version": 2}, path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no partial file left behind
@@ -319,11 +322,73 @@ def test_train_eval_render_plot_and_resume_from_the_command_line(tmp_path, capsy
     assert "total_steps (saved 2000, given 4000)" in capsys.readouterr().err
 
 
-def test_load_run_gives_the_trained_agent(tmp_path):
+def test_load_run_gives_the_trained_agent_and_leaves_the_callers_generators_alone(tmp_path):
     result = train_run("a2c", SMALL["a2c"], tmp_path / "run")
-    spec, loaded = load_run(tmp_path / "run")
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    spec, loaded = load_run(tmp_path / "run", device="cpu")
+    assert torch.equal(torch.rand(3), expected)
     assert spec.name == "a2c" and loaded.history == result.history
     assert all(torch.equal(a, b) for a, b in zip(weights(loaded).values(), weights(result).values()))
+
+
+def test_a_crash_between_checkpoint_and_metrics_is_repaired_on_resume(tmp_path):
+    out = tmp_path / "run"
+    train_run("a2c", SMALL["a2c"], out, checkpoint_every=7)
+    complete = (out / "metrics.csv").read_text()
+    (out / "metrics.csv").write_text("\n".join(complete.splitlines()[:-3]) + "\n")  # the last write never happened
+    train_run("a2c", SMALL["a2c"], out, resume=True)
+    assert (out / "metrics.csv").read_text() == complete
+
+
+def test_a_config_the_environment_refuses_leaves_no_run_behind(tmp_path):
+    with pytest.raises(ValueError, match="env_id"):
+        train_run("dqn", dqn.DQNConfig(env_id="Pendulum-v1"), tmp_path / "run")
+    train_run("a2c", SMALL["a2c"], tmp_path / "run")  # the folder is still free
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"algorithm": "ppo", "config": {"seed": 0', "is not a run's config"),
+    ('["ppo"]', "needs an 'algorithm'"),
+    ('{"algorithm": "sac", "config": {}}', "needs an 'algorithm'"),
+    ('{"algorithm": "a2c", "config": {"minibatch_size": 4}}', "minibatch_size not fields of A2CConfig"),
+])
+def test_a_corrupt_config_json_is_named(content, message, tmp_path):
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(RunError, match=message):
+        load_run(tmp_path)
+
+
+def test_a_corrupt_checkpoint_is_named(tmp_path):
+    out = tmp_path / "run"
+    train_run("a2c", SMALL["a2c"], out)
+    (out / CHECKPOINT_FILE).write_bytes((out / CHECKPOINT_FILE).read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="checkpoint.pt is not a readable checkpoint"):
+        load_run(out)
+
+
+def test_resume_options(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert main(["train", "a2c", "--total-steps", "400", "--seed", "2", "--out", out, "--checkpoint-every", "3"]) == 0
+    assert main(["train", "a2c", "--resume", out]) == 0  # ALGO alone: the run's options
+    assert main(["train", "--resume", out, "--checkpoint-every", "4"]) == 0
+    assert main(["train", "a2c", "--seed", "2", "--resume", out]) == 0
+    capsys.readouterr()
+    for args, message in ((["train", "ppo", "--resume", out], "the run is of a2c, not ppo"),
+                          (["train", "a2c", "--seed", "3", "--resume", out], "seed (saved 2, given 3)"),
+                          (["train", "a2c", "--out", str(tmp_path / "other"), "--resume", out], "name different runs"),
+                          (["train", "--resume", str(tmp_path / "x"), "a2c", "--resume", out], "two runs")):
+        assert main(args) == 1
+        assert message in capsys.readouterr().err
+
+
+def test_plot_keeps_two_groups_of_the_same_name_apart(tmp_path):
+    from rlkit.runs import run_groups
+    for group in ("g1", "g2"):
+        train_run("a2c", SMALL["a2c"], tmp_path / group / "ppo" / "s0", checkpoint_every=100)
+    groups = run_groups([tmp_path / "g1" / "ppo", tmp_path / "g2" / "ppo"])
+    assert len(groups) == 2 and sum(len(runs) for runs in groups.values()) == 2
 
 
 def test_a3c_runs_end_with_a_checkpoint_but_cannot_be_resumed(tmp_path):
