@@ -186,19 +186,18 @@ def make_agent(config, envs) -> ActorCritic:
                                   config.activation).to(config.device)
 
 
-class A2CTrainer(Trainer):
-    """A2C's training, one rollout and one gradient step per update (``train`` runs it to the end)."""
+class ActorCriticTrainer(Trainer):
+    """What A2C's and PPO's training share: vector envs, an ``ActorCritic`` on one flat parameter, its optimizer
+    (``build_optimizer(flat, config)``) and a ``RolloutCollector``, all in the checkpoint; one rollout per update."""
 
-    algorithm = "a2c"
-
-    def __init__(self, config: A2CConfig):
+    def __init__(self, config, build_agent, build_optimizer):
         super().__init__(config)
         seed_everything(config.seed)
         self.envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
         try:
-            self.agent = make_agent(config, self.envs)
+            self.agent = build_agent(config, self.envs)
             self.flat = flatten_parameters(self.agent)
-            self.optimizer = make_optimizer([self.flat], config)
+            self.optimizer = build_optimizer(self.flat, config)
             self.collector = RolloutCollector(self.envs, self.agent, config.num_steps, config.gamma, config.seed)
         except BaseException:
             self.envs.close()
@@ -207,18 +206,6 @@ class A2CTrainer(Trainer):
     @property
     def num_updates(self) -> int:
         return self.config.num_updates
-
-    def _update(self) -> dict[str, float]:
-        config = self.config
-        learning_rate = scheduled(config.learning_rate, config.lr_schedule, self.updates_done / config.num_updates)
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-        rollout = self.collector.collect()
-        row = {"step": self.collector.env_steps, "learning_rate": learning_rate,
-               **update(self.agent, self.flat, self.optimizer, rollout, config)}
-        if rollout.episode_returns:
-            row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
-        return row
 
     def _state(self) -> dict:
         return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -234,6 +221,27 @@ class A2CTrainer(Trainer):
 
     def close(self) -> None:
         self.envs.close()
+
+
+class A2CTrainer(ActorCriticTrainer):
+    """A2C's training, one rollout and one gradient step per update (``train`` runs it to the end)."""
+
+    algorithm = "a2c"
+
+    def __init__(self, config: A2CConfig):
+        super().__init__(config, make_agent, lambda flat, config: make_optimizer([flat], config))
+
+    def _update(self) -> dict[str, float]:
+        config = self.config
+        learning_rate = scheduled(config.learning_rate, config.lr_schedule, self.updates_done / config.num_updates)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        rollout = self.collector.collect()
+        row = {"step": self.collector.env_steps, "learning_rate": learning_rate,
+               **update(self.agent, self.flat, self.optimizer, rollout, config)}
+        if rollout.episode_returns:
+            row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
+        return row
 
 
 def train(config: A2CConfig) -> TrainResult:

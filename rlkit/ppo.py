@@ -29,13 +29,13 @@ from dataclasses import dataclass
 import gymnasium as gym
 import torch
 
-from rlkit.a2c import advantages_and_returns, clip_gradients, validate_actor_critic
+from rlkit.a2c import ActorCriticTrainer, advantages_and_returns, clip_gradients, validate_actor_critic
 from rlkit.losses import approx_kl, clip_fraction, clipped_policy_loss, clipped_value_loss, explained_variance, masked_whiten
-from rlkit.nets import ActorCritic, FlatAdam, ValueView, flatten_parameters
+from rlkit.nets import ActorCritic, FlatAdam
 from rlkit.presets import fill_from_preset
-from rlkit.rollouts import BATCHED_ENVS, Rollout, RolloutCollector, make_vector_env, require_registered
-from rlkit.training import (SCHEDULES, Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, require,
-                            require_sequence, scheduled, seed_everything)
+from rlkit.rollouts import BATCHED_ENVS, Rollout, require_registered
+from rlkit.training import (SCHEDULES, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, require,
+                            require_sequence, scheduled)
 
 # CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for environments
 # without a preset.
@@ -230,28 +230,15 @@ def policy_change(agent: ActorCritic, batch: Batch, clip_eps: float) -> tuple[fl
         return approx_kl(logprobs, batch.logprobs).item(), clip_fraction(logprobs, batch.logprobs, clip_eps).item()
 
 
-class PPOTrainer(Trainer):
+class PPOTrainer(ActorCriticTrainer):
     """PPO's training, one rollout and its epochs of minibatch steps per update (``train`` runs it to the end)."""
 
     algorithm = "ppo"
 
     def __init__(self, config: PPOConfig):
-        super().__init__(config)
-        seed_everything(config.seed)
-        self.envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
-        try:
-            self.agent = make_agent(config, self.envs)
-            self.flat = flatten_parameters(self.agent)
-            self.optimizer = FlatAdam(self.flat, lr=config.learning_rate, eps=config.optimizer_eps)
-            self.collector = RolloutCollector(self.envs, self.agent, config.num_steps, config.gamma, config.seed)
-        except BaseException:
-            self.envs.close()
-            raise
+        super().__init__(config, make_agent,
+                         lambda flat, config: FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps))
         self.generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
-
-    @property
-    def num_updates(self) -> int:
-        return self.config.num_updates
 
     def _update(self) -> dict[str, float]:
         config, progress = self.config, self.updates_done / self.config.num_updates
@@ -266,20 +253,11 @@ class PPOTrainer(Trainer):
         return row
 
     def _state(self) -> dict:
-        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "shuffle_rng": self.generator.get_state(), "collector": self.collector.state_dict()}
+        return {**super()._state(), "shuffle_rng": self.generator.get_state()}
 
     def _load_state(self, state: dict) -> None:
-        self.agent.load_state_dict(state["agent"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        super()._load_state(state)
         self.generator.set_state(state["shuffle_rng"])
-        self.collector.load_state_dict(state["collector"])
-
-    def result(self) -> TrainResult:
-        return TrainResult(self.config, self.agent, self.history, critic=ValueView(self.agent))
-
-    def close(self) -> None:
-        self.envs.close()
 
 
 def train(config: PPOConfig) -> TrainResult:
