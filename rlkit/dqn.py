@@ -19,7 +19,7 @@ from rlkit.checkpoint import env_state, load_env_state
 from rlkit.nets import QNetwork
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import require_registered
-from rlkit.training import (Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
+from rlkit.training import (StepBudgetTrainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
                             require, require_device, require_discrete_actions_and_flat_obs, require_sequence,
                             seed_everything)
 
@@ -134,11 +134,10 @@ def _make_env(config: DQNConfig) -> gym.Env:
     return env
 
 
-class DQNTrainer(Trainer):
+class DQNTrainer(StepBudgetTrainer):
     """DQN's training: environment steps up to the next training burst form one update (one history row)."""
 
     algorithm = "dqn"
-    progress_unit = "step"
 
     def __init__(self, config: DQNConfig):
         super().__init__(config)
@@ -153,27 +152,15 @@ class DQNTrainer(Trainer):
         self.sampler = torch.Generator().manual_seed(config.seed)
         self.env.action_space.seed(config.seed)
         self.obs, _ = self.env.reset(seed=config.seed)
-        self.step, self.recent_returns = 0, []
-
-    @property
-    def num_updates(self) -> int:
-        return self.updates_done + (0 if self.finished else 1)
-
-    @property
-    def finished(self) -> bool:
-        return self.step >= self.config.total_steps
-
-    @property
-    def progress(self) -> tuple[int, int]:
-        return self.step, self.config.total_steps
+        self.env_steps, self.recent_returns = 0, []
 
     def _update(self) -> dict[str, float] | None:
         """Play until the next training burst and do it; its row (None when training ends first)."""
         config = self.config
-        while self.step < config.total_steps:
-            step = self.step
+        while self.env_steps < config.total_steps:
+            step = self.env_steps
             self._act_and_store(step)
-            self.step += 1
+            self.env_steps += 1
             row = None
             if step >= config.learning_starts and (step + 1) % config.train_frequency == 0:
                 steps = [_gradient_step(self.q_online, self.q_target, self.optimizer, self.buffer, self.sampler, config)
@@ -207,7 +194,7 @@ class DQNTrainer(Trainer):
         return {"q_online": self.q_online.state_dict(), "q_target": self.q_target.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "buffer": self.buffer.state_dict(),
                 "epsilon_rng": self.rng.bit_generator.state, "sampler": self.sampler.get_state(),
-                "env": env_state(self.env), "obs": torch.from_numpy(np.array(self.obs)), "step": self.step,
+                "env": env_state(self.env), "obs": torch.from_numpy(np.array(self.obs)), "step": self.env_steps,
                 "recent_returns": list(self.recent_returns)}
 
     def _load_state(self, state: dict) -> None:
@@ -218,7 +205,7 @@ class DQNTrainer(Trainer):
         self.rng.bit_generator.state = state["epsilon_rng"]
         self.sampler.set_state(state["sampler"])
         load_env_state(self.env, state["env"])
-        self.obs, self.step = state["obs"].numpy().copy(), state["step"]
+        self.obs, self.env_steps = state["obs"].numpy().copy(), state["step"]
         self.recent_returns = list(state["recent_returns"])
 
     def result(self) -> TrainResult:

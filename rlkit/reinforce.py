@@ -33,7 +33,7 @@ from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import require_registered
-from rlkit.training import (Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
+from rlkit.training import (StepBudgetTrainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
                             require, require_device, require_discrete_actions_and_flat_obs, require_sequence,
                             seed_everything)
 
@@ -196,11 +196,10 @@ def fit_value(value: ValueNetwork, optimizer: torch.optim.Optimizer, batch: Epis
     return loss.item()
 
 
-class ReinforceTrainer(Trainer):
+class ReinforceTrainer(StepBudgetTrainer):
     """REINFORCE's training, one batch of complete episodes per update, until ``total_steps`` steps are trained on."""
 
     algorithm = "reinforce"
-    progress_unit = "step"
 
     def __init__(self, config: ReinforceConfig):
         super().__init__(config)
@@ -212,19 +211,7 @@ class ReinforceTrainer(Trainer):
         self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.value_optimizer = (torch.optim.Adam(self.value.parameters(), lr=config.value_learning_rate)
                                 if self.value is not None else None)
-        self.steps = 0
-
-    @property
-    def num_updates(self) -> int:  # not known in advance: episodes vary in length
-        return self.updates_done + (0 if self.finished else 1)
-
-    @property
-    def finished(self) -> bool:
-        return self.steps >= self.config.total_steps
-
-    @property
-    def progress(self) -> tuple[int, int]:
-        return min(self.steps, self.config.total_steps), self.config.total_steps
+        self.env_steps = 0
 
     def _update(self) -> dict[str, float]:
         config, value = self.config, self.value
@@ -236,8 +223,8 @@ class ReinforceTrainer(Trainer):
         loss.backward()
         grad_norm = _clip(self.policy, config.max_grad_norm)
         self.policy_optimizer.step()
-        self.steps += batch.num_steps
-        row = {"step": self.steps, "episode_return": float(batch.episode_returns.mean()), "policy_loss": loss.item(),
+        self.env_steps += batch.num_steps
+        row = {"step": self.env_steps, "episode_return": float(batch.episode_returns.mean()), "policy_loss": loss.item(),
                "grad_norm": grad_norm}
         if value is not None:
             row["value_loss"] = fit_value(value, self.value_optimizer, batch, returns, config.value_epochs)
@@ -245,7 +232,7 @@ class ReinforceTrainer(Trainer):
 
     def _state(self) -> dict:
         state = {"policy": self.policy.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
-                 "steps": self.steps, "envs": env_state(self.envs)}
+                 "steps": self.env_steps, "envs": env_state(self.envs)}
         if self.value is not None:
             state.update(value=self.value.state_dict(), value_optimizer=self.value_optimizer.state_dict())
         return state
@@ -256,7 +243,7 @@ class ReinforceTrainer(Trainer):
         if self.value is not None:
             self.value.load_state_dict(state["value"])
             self.value_optimizer.load_state_dict(state["value_optimizer"])
-        self.steps = state["steps"]
+        self.env_steps = state["steps"]
         load_env_state(self.envs, state["envs"])
 
     def result(self) -> TrainResult:

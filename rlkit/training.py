@@ -217,6 +217,26 @@ class Trainer:
         """Release the environments."""
 
 
+class StepBudgetTrainer(Trainer):
+    """A trainer that runs until ``config.total_steps`` environment steps (``self.env_steps``), however many
+    updates that takes (DQN's bursts, REINFORCE's batches of whole episodes)."""
+
+    progress_unit = "step"
+    env_steps = 0
+
+    @property
+    def num_updates(self) -> int:  # not known in advance
+        return self.updates_done + (0 if self.finished else 1)
+
+    @property
+    def finished(self) -> bool:
+        return self.env_steps >= self.config.total_steps
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        return min(self.env_steps, self.config.total_steps), self.config.total_steps
+
+
 def require_finite_weights(module: torch.nn.Module, when: str) -> None:
     """``TrainingDiverged`` naming the first parameter of ``module`` that holds a NaN or an infinity."""
     for name, parameter in module.named_parameters():
