@@ -169,6 +169,11 @@ class Trainer:
 
     progress_unit = "update"
 
+    @property
+    def subject(self) -> str:
+        """What is being learned, for messages: the environment id (a task name for the language-model trainers)."""
+        return self.config.env_id
+
     def run_update(self) -> dict[str, float] | None:
         """One update; its history row (None when training ended without one: DQN's last steps).
         A non-finite quantity stops training (``TrainingDiverged``)."""
@@ -179,7 +184,7 @@ class Trainer:
                if not math.isfinite(value) and name not in SETTINGS and not (name in MAY_BE_UNDEFINED and math.isnan(value))]
         if bad:
             raise TrainingDiverged(f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
-                                   f"({self.algorithm}, {self.config.env_id}, seed {self.config.seed})")
+                                   f"({self.algorithm}, {self.subject}, seed {self.config.seed})")
         self.updates_done += 1
         self.history.append(row)
         return row
@@ -250,14 +255,14 @@ def fit(trainer: Trainer, progress: bool = False, after_update: Callable[[Traine
     try:
         done, total = trainer.progress
         with tqdm(total=total, initial=done, disable=not progress, unit=trainer.progress_unit,
-                  desc=f"{trainer.algorithm} {config.env_id}") as bar:
+                  desc=f"{trainer.algorithm} {trainer.subject}") as bar:
             while not trainer.finished:
                 trainer.run_update()
                 bar.update(trainer.progress[0] - bar.n)
                 if after_update is not None:
                     after_update(trainer)
         result = trainer.result()
-        require_finite_weights(result.agent, f"after update {trainer.updates_done} ({trainer.algorithm}, {config.env_id}, "
+        require_finite_weights(result.agent, f"after update {trainer.updates_done} ({trainer.algorithm}, {trainer.subject}, "
                                              f"seed {config.seed})")
         return result
     finally:

@@ -1,0 +1,154 @@
+"""Sampling responses from a language-model policy, and the log-probabilities RL needs, in one layout.
+
+Prompts are left-padded, so that every prompt ends at the same position and generation continues all
+of them in step; responses are kept apart from prompts (DESIGN.md's response-only layout):
+
+- ``response_ids[:, t]``: response token t, right-padded;
+- ``response_mask[:, t] = 1`` for the tokens up to and including the first EOS (eq. {eq}`response-mask`);
+- ``logprobs[:, t] = log softmax(logits / temperature)[response_ids[:, t]]``, where the logits are those
+  at the position *before* token t (eq. {eq}`response-logprob`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from rlkit.llm.models import context_length
+from rlkit.llm.tokenizer import require_pad_token
+from rlkit.training import is_count, is_finite_number, require
+
+
+@dataclass
+class PromptBatch:
+    """Left-padded prompts: ``input_ids``, ``attention_mask`` (1 on real tokens), ``position_ids`` (0 at each first real token)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+
+
+def left_pad(sequences: list[list[int]], pad_id: int, device: str | torch.device = "cpu") -> PromptBatch:
+    """Left-pad token lists into one batch; positions count from each sequence's own first token."""
+    require(len(sequences) > 0, "prompts", "a non-empty list", sequences)
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        if sequence:
+            input_ids[row, width - len(sequence):] = torch.tensor(sequence)
+            attention_mask[row, width - len(sequence):] = 1
+    return PromptBatch(input_ids.to(device), attention_mask.to(device), positions_from_mask(attention_mask).to(device))
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 on each row's first real token (padding gets 0: it is never attended to)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def encode_prompts(tokenizer, prompts: list[str], model: PreTrainedModel | None = None,
+                   max_new_tokens: int = 0) -> PromptBatch:
+    """Tokenize ``prompts`` (with BOS) and left-pad them; a prompt too long for the model's context is an error."""
+    require(isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts), "prompts",
+            "a list of strings", type(prompts).__name__)
+    pad_id = require_pad_token(tokenizer)
+    sequences = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
+    if model is not None:
+        limit = context_length(model)
+        longest = max(range(len(sequences)), key=lambda i: len(sequences[i])) if sequences else 0
+        if limit is not None and sequences and len(sequences[longest]) + max_new_tokens > limit:
+            raise ValueError(f"prompts[{longest}] is {len(sequences[longest])} tokens; with max_new_tokens = "
+                             f"{max_new_tokens} that exceeds the model's context of {limit} positions")
+    return left_pad(sequences, pad_id, device=model.device if model is not None else "cpu")
+
+
+def response_mask(response_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """1 for each token up to and including the first EOS of its row, 0 after it (eq. {eq}`response-mask`).
+
+    A row without EOS (the response hit ``max_new_tokens``) is valid throughout: it was truncated, not ended.
+    """
+    is_eos = (response_ids == eos_id).long()
+    eos_before = is_eos.cumsum(-1) - is_eos  # how many EOS tokens come strictly before slot t
+    return (eos_before == 0).long()
+
+
+@dataclass
+class Rollout:
+    """Sampled responses to a batch of prompts, in the response-only layout (``[B, T_resp]`` tensors)."""
+
+    prompts: PromptBatch
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    logprobs: torch.Tensor  # log pi(response_t | prompt, response_<t) at the sampling temperature; 0 where masked
+    temperature: float
+
+    def texts(self, tokenizer) -> list[str]:
+        """Each response decoded up to (not including) its first EOS."""
+        return [tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
+                for ids, mask in zip(self.response_ids.cpu(), self.response_mask.cpu())]
+
+
+def sequence_layout(prompts: PromptBatch, response_ids: torch.Tensor, response_mask: torch.Tensor):
+    """Prompt and response as one batch for a forward pass: ``(input_ids, attention_mask, position_ids)``."""
+    input_ids = torch.cat([prompts.input_ids, response_ids], dim=1)
+    attention_mask = torch.cat([prompts.attention_mask, response_mask.to(prompts.attention_mask.dtype)], dim=1)
+    return input_ids, attention_mask, positions_from_mask(attention_mask)
+
+
+def response_logits(model: PreTrainedModel, prompts: PromptBatch, response_ids: torch.Tensor,
+                    response_mask: torch.Tensor) -> torch.Tensor:
+    """The logits that predict each response token: those at the position one before it, ``[B, T_resp, V]``."""
+    input_ids, attention_mask, position_ids = sequence_layout(prompts, response_ids, response_mask)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    prompt_width = prompts.input_ids.shape[1]
+    return logits[:, prompt_width - 1:-1]  # the token at prompt_width + t is predicted at prompt_width + t - 1
+
+
+def response_logprobs(model: PreTrainedModel, prompts: PromptBatch, response_ids: torch.Tensor,
+                      response_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log pi(response_t | prompt, response_<t)`` at ``temperature`` (eq. {eq}`response-logprob`), 0 where masked.
+
+    Computed in float32 whatever the model's dtype: log-softmax over a large vocabulary in bf16 loses the
+    small differences that a probability ratio is made of.
+    """
+    require(is_finite_number(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
+    logits = response_logits(model, prompts, response_ids, response_mask).float() / temperature
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    return logprobs * response_mask
+
+
+def sampling_config(tokenizer, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                    top_p: float | None = None, greedy: bool = False) -> GenerationConfig:
+    """A complete ``GenerationConfig``: nothing is inherited from a model's defaults (many ship top_k = 50)."""
+    require(is_count(max_new_tokens), "max_new_tokens", "an integer >= 1", max_new_tokens)
+    require(is_finite_number(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
+    require(top_k is None or is_count(top_k), "top_k", "None or an integer >= 1", top_k)
+    require(top_p is None or (is_finite_number(top_p) and 0 < top_p <= 1), "top_p", "None or a number in (0, 1]", top_p)
+    sampling = {} if greedy else dict(temperature=temperature, top_k=top_k or 0, top_p=top_p or 1.0)  # 0, 1.0: off
+    return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not greedy, eos_token_id=tokenizer.eos_token_id,
+                            pad_token_id=require_pad_token(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                            use_cache=True, return_dict_in_generate=True, output_logits=True, **sampling)
+
+
+@torch.no_grad()
+def generate(model: PreTrainedModel, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, greedy: bool = False) -> Rollout:
+    """Sample one response per prompt with ``model.generate`` (KV cache), and score it in the RL layout.
+
+    Sampling draws from torch's global generator: seed it (``torch.manual_seed``) for the same samples.
+    The log-probs come from a second forward pass over prompt and response (``response_logprobs``), the
+    same computation the training loss does, so the policy ratio starts at exactly 1. With ``top_k`` or
+    ``top_p`` the tokens were sampled from a truncated distribution that these log-probs do not describe.
+    """
+    prompt_batch = encode_prompts(tokenizer, prompts, model, max_new_tokens)
+    config = sampling_config(tokenizer, max_new_tokens, temperature, top_k, top_p, greedy)
+    output = model.generate(input_ids=prompt_batch.input_ids, attention_mask=prompt_batch.attention_mask,
+                            generation_config=config)
+    response_ids = output.sequences[:, prompt_batch.input_ids.shape[1]:]
+    mask = response_mask(response_ids, tokenizer.eos_token_id)
+    response_ids = response_ids.masked_fill(mask == 0, require_pad_token(tokenizer))
+    used_temperature = 1.0 if greedy else temperature
+    logprobs = response_logprobs(model, prompt_batch, response_ids, mask, used_temperature)
+    return Rollout(prompt_batch, response_ids, mask, logprobs, used_temperature)

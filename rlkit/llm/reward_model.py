@@ -1,0 +1,235 @@
+"""Reward models learned from pairwise preferences (Bradley-Terry), and how to read them correctly.
+
+A reward model is a transformer with a one-output head; ``r(x, y)`` is that output at the last real
+token of ``<bos> prompt completion <eos>`` (the EOS), so the whole response has been seen. Trained on
+pairs ``(x, y_w, y_l)`` where a labeller preferred ``y_w``, it maximises the Bradley-Terry likelihood
+P(y_w > y_l | x) = sigmoid(r(x, y_w) - r(x, y_l)) (eqs. {eq}`bradley-terry` and {eq}`bt-loss`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+from rlkit.llm.sft import warmup_cosine
+from rlkit.llm.models import FAMILIES, build_reward_model, reward_model_from_causal_lm, tiny_config, load_causal_lm
+from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
+from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
+from rlkit.training import (Trainer, TrainResult, fit, is_count, is_finite_number, is_seed, require, require_device,
+                            seed_everything)
+
+
+def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor,
+                       margin: torch.Tensor | float | None = None) -> torch.Tensor:
+    """``mean(-log sigmoid(r_w - r_l - margin))`` (eq. {eq}`bt-loss`); log 2 when the two rewards are equal.
+
+    ``margin`` (Llama 2's) asks the chosen reward to win by at least that much: larger for pairs a
+    labeller found clearly different. ``logsigmoid`` stays finite where ``log(sigmoid(.))`` underflows.
+    """
+    if chosen_rewards.shape != rejected_rewards.shape:
+        raise ValueError(f"chosen_rewards and rejected_rewards must have one shape, got {tuple(chosen_rewards.shape)} "
+                         f"and {tuple(rejected_rewards.shape)}")
+    difference = chosen_rewards - rejected_rewards
+    if margin is not None:
+        difference = difference - margin
+    return -F.logsigmoid(difference).mean()
+
+
+@dataclass
+class ScoredBatch:
+    input_ids: torch.Tensor  # [B, T]: <bos> prompt completion <eos>, right-padded
+    attention_mask: torch.Tensor
+
+
+def scoring_batch(tokenizer, prompts: list[str], completions: list[str], device: str | torch.device = "cpu") -> ScoredBatch:
+    """``<bos> prompt completion <eos>`` per pair, right-padded: the layout a reward model reads."""
+    require(len(prompts) == len(completions) and len(prompts) > 0, "completions",
+            f"as many completions as prompts ({len(prompts)}), at least one", len(completions))
+    pad_id = require_pad_token(tokenizer)
+    sequences = [tokenizer(prompt + completion)["input_ids"] + [tokenizer.eos_token_id]
+                 for prompt, completion in zip(prompts, completions)]
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, :len(sequence)] = torch.tensor(sequence)
+        attention_mask[row, :len(sequence)] = 1
+    return ScoredBatch(input_ids.to(device), attention_mask.to(device))
+
+
+def sequence_rewards(reward_model: PreTrainedModel, batch: ScoredBatch) -> torch.Tensor:
+    """``r(x, y)`` per row, ``[B]``: the score head at each row's last non-pad token (Hugging Face's pooling)."""
+    return reward_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.squeeze(-1).float()
+
+
+def score(reward_model: PreTrainedModel, tokenizer, prompts: list[str], completions: list[str],
+          batch_size: int = 512) -> torch.Tensor:
+    """Rewards of many (prompt, completion) pairs, without gradients, in batches."""
+    with torch.no_grad():
+        return torch.cat([sequence_rewards(reward_model, scoring_batch(tokenizer, prompts[i:i + batch_size],
+                                                                       completions[i:i + batch_size], reward_model.device))
+                          for i in range(0, len(prompts), batch_size)]).cpu()
+
+
+def pair_rewards(reward_model: PreTrainedModel, tokenizer, pairs: list[PreferencePair]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(r(x, y_w), r(x, y_l))`` for a batch of pairs, in one forward pass over chosen and rejected together."""
+    require(len(pairs) > 0, "pairs", "a non-empty list of preference pairs", pairs)
+    prompts = [pair.prompt for pair in pairs]
+    batch = scoring_batch(tokenizer, prompts * 2, [p.chosen for p in pairs] + [p.rejected for p in pairs],
+                          reward_model.device)
+    rewards = sequence_rewards(reward_model, batch)
+    return rewards[:len(pairs)], rewards[len(pairs):]
+
+
+def pairwise_accuracy(reward_model: PreTrainedModel, tokenizer, pairs: list[PreferencePair]) -> float:
+    """The fraction of pairs where the reward model scores the labelled-chosen completion higher."""
+    require(len(pairs) > 0, "pairs", "a non-empty list of preference pairs", pairs)
+    prompts = [pair.prompt for pair in pairs]
+    chosen = score(reward_model, tokenizer, prompts, [pair.chosen for pair in pairs])
+    rejected = score(reward_model, tokenizer, prompts, [pair.rejected for pair in pairs])
+    return (chosen > rejected).float().mean().item()
+
+
+@dataclass
+class RewardModelConfig:
+    sft_model_path: str | None = None  # start from this saved causal LM's transformer (None: a fresh tiny model)
+    family: str = "llama"  # architecture of the fresh tiny model: "llama", "qwen2" or "gpt2"
+    hidden_size: int = 64  # width of the fresh tiny model
+    num_layers: int = 2  # transformer blocks of the fresh tiny model
+    num_heads: int = 4  # attention heads of the fresh tiny model
+    num_digits: int = 6  # digits of the sort task the oracle judges
+    label_noise: float = 0.1  # probability that the oracle's label is flipped
+    num_train_pairs: int = 12800  # labelled pairs to train on
+    num_heldout_pairs: int = 1000  # labelled pairs on held-out prompts, for accuracy
+    epochs: int = 3  # passes over the training pairs
+    batch_size: int = 64  # pairs per optimizer step
+    learning_rate: float = 2e-3  # AdamW's peak step size, after a linear warm-up
+    warmup_steps: int = 50  # steps of linear warm-up, then cosine decay to 10% of learning_rate
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    margin: float = 0.0  # ask r(chosen) to beat r(rejected) by at least this (0: the plain Bradley-Terry loss)
+    max_grad_norm: float = 1.0  # clip the global gradient norm to this
+    eval_every: int = 100  # held-out accuracy every this many steps
+    seed: int = 0  # seeds initialisation, the pairs and their order
+    device: str = "cpu"  # "cpu" or "cuda"
+
+    def __post_init__(self):
+        require(self.sft_model_path is None or isinstance(self.sft_model_path, (str, os.PathLike)), "sft_model_path",
+                "None or a folder saved with save_pretrained", self.sft_model_path)
+        require(self.family in FAMILIES, "family", f"one of {FAMILIES}", self.family)
+        for name in ("hidden_size", "num_layers", "num_heads", "num_digits", "num_train_pairs", "num_heldout_pairs",
+                     "epochs", "batch_size", "eval_every"):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(is_finite_number(self.label_noise) and 0 <= self.label_noise < 0.5, "label_noise", "a number in [0, 0.5)",
+                self.label_noise)
+        require(is_finite_number(self.learning_rate) and 0 < self.learning_rate <= 1, "learning_rate", "in (0, 1]",
+                self.learning_rate)
+        require(is_count(self.warmup_steps, minimum=0), "warmup_steps", "an integer >= 0", self.warmup_steps)
+        require(is_finite_number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0",
+                self.weight_decay)
+        require(is_finite_number(self.margin) and self.margin >= 0, "margin", "a number >= 0", self.margin)
+        require(is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0, "max_grad_norm", "a number > 0",
+                self.max_grad_norm)
+        require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
+        require_device(self.device)
+
+
+@dataclass
+class RewardModelResult(TrainResult):
+    tokenizer: Any = None
+    heldout_pairs: list[PreferencePair] | None = None
+    oracle: PreferenceOracle | None = None
+
+    @property
+    def model(self) -> PreTrainedModel:
+        return self.agent
+
+
+class RewardModelTrainer(Trainer):
+    """Bradley-Terry training on the oracle's labelled pairs, one optimizer step per ``run_update``."""
+
+    algorithm = "reward_model"
+
+    def __init__(self, config: RewardModelConfig, train_pairs: list[PreferencePair] | None = None):
+        super().__init__(config)
+        seed_everything(config.seed)
+        self.oracle = PreferenceOracle(SortTask(config.num_digits), config.label_noise)
+        self.heldout_pairs = self.oracle.pairs(config.num_heldout_pairs, seed=config.seed + 1)
+        heldout_prompts = {pair.prompt for pair in self.heldout_pairs}
+        self.train_pairs = train_pairs if train_pairs is not None else self.oracle.pairs(
+            config.num_train_pairs, seed=config.seed, exclude=heldout_prompts)
+        require(len(self.train_pairs) > 0, "train_pairs", "a non-empty list of preference pairs", self.train_pairs)
+        if config.sft_model_path is None:
+            self.tokenizer = build_char_tokenizer()
+            self.model = build_reward_model(tiny_config(self.tokenizer, config.family, config.hidden_size,
+                                                        config.num_layers, config.num_heads), config.seed)
+        else:
+            from transformers import AutoTokenizer
+            self.tokenizer = AutoTokenizer.from_pretrained(config.sft_model_path)
+            self.model = reward_model_from_causal_lm(load_causal_lm(config.sft_model_path, dtype=torch.float32))
+        self.model.to(config.device).train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
+                                           weight_decay=config.weight_decay)
+        self.order_rng = random.Random(config.seed)
+        self.steps_per_epoch = -(-len(self.train_pairs) // config.batch_size)
+        self.order: list[int] = []
+
+    @property
+    def subject(self) -> str:
+        return f"sort preferences ({self.config.num_digits} digits, label noise {self.config.label_noise})"
+
+    @property
+    def num_updates(self) -> int:
+        return self.config.epochs * self.steps_per_epoch
+
+    def _next_batch(self) -> list[PreferencePair]:
+        step_in_epoch = self.updates_done % self.steps_per_epoch
+        if step_in_epoch == 0:
+            self.order = list(range(len(self.train_pairs)))
+            self.order_rng.shuffle(self.order)
+        indices = self.order[step_in_epoch * self.config.batch_size:(step_in_epoch + 1) * self.config.batch_size]
+        return [self.train_pairs[index] for index in indices]
+
+    def _update(self) -> dict[str, float]:
+        config = self.config
+        learning_rate = config.learning_rate * warmup_cosine(self.updates_done, config.warmup_steps, self.num_updates)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        chosen, rejected = pair_rewards(self.model, self.tokenizer, self._next_batch())
+        loss = bradley_terry_loss(chosen, rejected, config.margin or None)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+        self.optimizer.step()
+        step = self.updates_done + 1
+        row = {"step": step, "loss": loss.item(), "accuracy": (chosen > rejected).float().mean().item(),
+               "reward_gap": (chosen - rejected).mean().item(), "grad_norm": grad_norm.item(),
+               "learning_rate": learning_rate}
+        if step % config.eval_every == 0 or step == self.num_updates:
+            self.model.eval()
+            row["heldout_accuracy"] = pairwise_accuracy(self.model, self.tokenizer, self.heldout_pairs)
+            self.model.train()
+        return row
+
+    def _state(self) -> dict:
+        raise NotImplementedError("reward-model training has no checkpoint/resume yet: it takes under a minute")
+
+    def result(self) -> RewardModelResult:
+        return RewardModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer,
+                                 heldout_pairs=self.heldout_pairs, oracle=self.oracle)
+
+
+def label_ceiling(oracle: PreferenceOracle, pairs: list[PreferencePair]) -> float:
+    """The best held-out accuracy any model can have: the fraction of labels the noiseless rule agrees with."""
+    return sum(oracle.agrees(pair) for pair in pairs) / len(pairs)
+
+
+def train_reward_model(config: RewardModelConfig, train_pairs: list[PreferencePair] | None = None,
+                       progress: bool = False) -> RewardModelResult:
+    """Fit a reward model to preference pairs (the oracle's, unless ``train_pairs`` are given)."""
+    return fit(RewardModelTrainer(config, train_pairs), progress=progress)
