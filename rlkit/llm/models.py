@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+from transformers.utils import logging as hf_logging
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, GPT2Config,
                           LlamaConfig, PretrainedConfig, PreTrainedModel, Qwen2Config)
 
@@ -20,6 +21,10 @@ from rlkit.llm.tokenizer import require_pad_token
 from rlkit.training import is_count, require, require_device
 
 FAMILIES = ("llama", "qwen2", "gpt2")
+
+# Saving or loading a 0.1M-parameter model draws two progress bars per call: noise in a notebook's output.
+# transformers.utils.logging.enable_progress_bar() brings them back for big checkpoints.
+hf_logging.disable_progress_bar()
 
 
 def tiny_config(tokenizer, family: str = "llama", hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,

@@ -164,7 +164,7 @@ class PreferenceOracle:
         self.task.answer(prompt)  # checks the prompt
         out_of_order = sum(a > b for a, b in zip(completion, completion[1:]))
         foreign = sum(character not in digits for character in completion)
-        return -float(out_of_order + abs(len(completion) - len(digits)) + foreign)
+        return float(-(out_of_order + abs(len(completion) - len(digits)) + foreign))
 
     def candidate(self, prompt: str, rng: random.Random) -> str:
         """A completion of random quality: the answer, or it with a few digits swapped, changed, dropped or added."""
