@@ -4,9 +4,9 @@ Prompts are left-padded, so that every prompt ends at the same position and gene
 of them in step; responses are kept apart from prompts (DESIGN.md's response-only layout):
 
 - ``response_ids[:, t]``: response token t, right-padded;
-- ``response_mask[:, t] = 1`` for the tokens up to and including the first EOS (eq. {eq}`response-mask`);
+- ``response_mask[:, t] = 1`` for the tokens up to and including the first EOS (eq-response-mask);
 - ``logprobs[:, t] = log softmax(logits / temperature)[response_ids[:, t]]``, where the logits are those
-  at the position *before* token t (eq. {eq}`response-logprob`).
+  at the position *before* token t (eq-response-logprob).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def encode_prompts(tokenizer, prompts: list[str], model: PreTrainedModel | None 
 
 
 def response_mask(response_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """1 for each token up to and including the first EOS of its row, 0 after it (eq. {eq}`response-mask`).
+    """1 for each token up to and including the first EOS of its row, 0 after it (eq-response-mask).
 
     A row without EOS (the response hit ``max_new_tokens``) is valid throughout: it was truncated, not ended.
     """
@@ -108,7 +108,7 @@ def response_logits(model: PreTrainedModel, prompts: PromptBatch, response_ids: 
 
 def response_logprobs(model: PreTrainedModel, prompts: PromptBatch, response_ids: torch.Tensor,
                       response_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """``log pi(response_t | prompt, response_<t)`` at ``temperature`` (eq. {eq}`response-logprob`), 0 where masked.
+    """``log pi(response_t | prompt, response_<t)`` at ``temperature`` (eq-response-logprob), 0 where masked.
 
     Computed in float32 whatever the model's dtype: log-softmax over a large vocabulary in bf16 loses the
     small differences that a probability ratio is made of.

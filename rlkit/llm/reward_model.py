@@ -3,7 +3,7 @@
 A reward model is a transformer with a one-output head; ``r(x, y)`` is that output at the last real
 token of ``<bos> prompt completion <eos>`` (the EOS), so the whole response has been seen. Trained on
 pairs ``(x, y_w, y_l)`` where a labeller preferred ``y_w``, it maximises the Bradley-Terry likelihood
-P(y_w > y_l | x) = sigmoid(r(x, y_w) - r(x, y_l)) (eqs. {eq}`bradley-terry` and {eq}`bt-loss`).
+P(y_w > y_l | x) = sigmoid(r(x, y_w) - r(x, y_l)) (eq-bradley-terry, eq-bt-loss).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rlkit.training import (Trainer, TrainResult, fit, is_count, is_finite_numbe
 
 def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor,
                        margin: torch.Tensor | float | None = None) -> torch.Tensor:
-    """``mean(-log sigmoid(r_w - r_l - margin))`` (eq. {eq}`bt-loss`); log 2 when the two rewards are equal.
+    """``mean(-log sigmoid(r_w - r_l - margin))`` (eq-bt-loss); log 2 when the two rewards are equal.
 
     ``margin`` (Llama 2's) asks the chosen reward to win by at least that much: larger for pairs a
     labeller found clearly different. ``logsigmoid`` stays finite where ``log(sigmoid(.))`` underflows.

@@ -1,7 +1,7 @@
 """Supervised fine-tuning (SFT): behaviour cloning of reference answers, with the loss on the answer only.
 
 Each example is laid out as ``<bos> prompt answer <eos>``; the labels are the input ids with the prompt
-(and BOS, and any padding) replaced by -100, so the cross-entropy of eq. {eq}`sft-loss` averages over
+(and BOS, and any padding) replaced by -100, so the cross-entropy of eq-sft-loss averages over
 answer tokens and the EOS that ends them. Hugging Face's causal-LM loss shifts the labels by one
 position itself: the logits at position i are scored against the token at i + 1.
 """
@@ -81,7 +81,7 @@ class SFTBatch:
 
 
 def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "cpu") -> SFTBatch:
-    """``<bos> prompt answer <eos>`` per example, right-padded, labels only on answer and EOS (eq. {eq}`sft-loss`)."""
+    """``<bos> prompt answer <eos>`` per example, right-padded, labels only on answer and EOS (eq-sft-loss)."""
     pad_id = require_pad_token(tokenizer)
     prompts = tokenizer([example.prompt for example in examples], add_special_tokens=True)["input_ids"]
     answers = tokenizer([example.answer for example in examples], add_special_tokens=False)["input_ids"]
@@ -98,7 +98,7 @@ def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "
 
 
 def completion_loss(model: PreTrainedModel, batch: SFTBatch) -> torch.Tensor:
-    """The mean cross-entropy over answer tokens (eq. {eq}`sft-loss`): Hugging Face's loss with our labels."""
+    """The mean cross-entropy over answer tokens (eq-sft-loss): Hugging Face's loss with our labels."""
     return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
 
 
@@ -228,3 +228,17 @@ def save_pretrained(result: SFTResult, folder: str | os.PathLike) -> Path:
     (folder / "sft_config.json").write_text(json.dumps(asdict(result.config), indent=2))
     (folder / "sft_history.json").write_text(json.dumps(result.history))
     return folder
+
+
+def sft_starting_point(folder: str | os.PathLike, seed: int = 0, target: float = 0.4) -> Path:
+    """An under-trained SFT model for the RL chapters, saved in ``folder`` (reused when already there).
+
+    Training stops at the first evaluation (every 10 steps) whose held-out greedy exact match reaches
+    ``target``: about half the prompts are answered right, so RL has room to show what it adds.
+    """
+    require(is_finite_number(target) and 0 < target < 1, "target", "a number in (0, 1)", target)
+    folder, config = Path(folder), SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)
+    saved = folder / "sft_config.json"
+    if saved.exists() and json.loads(saved.read_text()) == asdict(config):
+        return folder
+    return save_pretrained(train_sft(config), folder)

@@ -1,0 +1,75 @@
+"""The Bradley-Terry loss against its closed form, reward-model training against the oracle's ceiling."""
+
+import math
+
+import pytest
+import torch
+
+from rlkit.llm.reward_model import (RewardModelConfig, RewardModelTrainer, bradley_terry_loss, label_ceiling,
+                                    pair_rewards, pairwise_accuracy, train_reward_model)
+from rlkit.llm.tasks import PreferencePair
+
+
+def test_equal_rewards_give_log_two():
+    rewards = torch.tensor([0.3, -2.0, 5.0])
+    assert bradley_terry_loss(rewards, rewards).item() == pytest.approx(math.log(2), abs=1e-7)
+
+
+def test_loss_equals_the_closed_form_and_the_margin_shifts_it():
+    chosen, rejected = torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0.0, 2.0, -1.0])
+    expected = sum(math.log1p(math.exp(-(c - r))) for c, r in zip(chosen.tolist(), rejected.tolist())) / 3
+    assert bradley_terry_loss(chosen, rejected).item() == pytest.approx(expected, abs=1e-6)
+    with_margin = sum(math.log1p(math.exp(-(c - r - 0.5))) for c, r in zip(chosen.tolist(), rejected.tolist())) / 3
+    assert bradley_terry_loss(chosen, rejected, margin=0.5).item() == pytest.approx(with_margin, abs=1e-6)
+
+
+def test_loss_stays_finite_for_large_reward_gaps():
+    loss = bradley_terry_loss(torch.tensor([-200.0]), torch.tensor([200.0]))
+    assert loss.item() == pytest.approx(400.0, rel=1e-6)
+
+
+def test_the_gradient_raises_chosen_and_lowers_rejected():
+    chosen, rejected = torch.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
+    bradley_terry_loss(chosen, rejected).backward()
+    assert torch.allclose(chosen.grad, torch.full((2,), -0.25)) and torch.allclose(rejected.grad, torch.full((2,), 0.25))
+
+
+def test_shapes_must_match():
+    with pytest.raises(ValueError, match="one shape"):
+        bradley_terry_loss(torch.zeros(3), torch.zeros(2))
+
+
+def test_an_empty_preference_set_is_refused():
+    with pytest.raises(ValueError, match="train_pairs must be a non-empty list of preference pairs"):
+        RewardModelTrainer(RewardModelConfig(num_heldout_pairs=10), train_pairs=[])
+
+
+def test_pair_rewards_score_chosen_and_rejected_separately(tokenizer):
+    trainer = RewardModelTrainer(RewardModelConfig(num_train_pairs=10, num_heldout_pairs=10))
+    pairs = [PreferencePair("S318402:", "012348", "01234"), PreferencePair("S12:", "12", "21")]
+    chosen, rejected = pair_rewards(trainer.model.eval(), trainer.tokenizer, pairs)
+    swapped = [PreferencePair(p.prompt, p.rejected, p.chosen) for p in pairs]
+    chosen_2, rejected_2 = pair_rewards(trainer.model, trainer.tokenizer, swapped)
+    torch.testing.assert_close(chosen, rejected_2, atol=1e-5, rtol=0)
+    torch.testing.assert_close(rejected, chosen_2, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="pairs must be a non-empty list"):
+        pairwise_accuracy(trainer.model, trainer.tokenizer, [])
+
+
+@pytest.mark.parametrize("field, value", [("label_noise", 0.5), ("num_train_pairs", 0), ("margin", -1.0),
+                                          ("learning_rate", 2.0), ("epochs", 1.5), ("family", "rnn"), ("seed", 2**32)])
+def test_bad_config_fields_are_refused_by_name(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be"):
+        RewardModelConfig(**{field: value})
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_held_out_accuracy_comes_within_a_few_points_of_the_label_noise_ceiling(seed):
+    result = train_reward_model(RewardModelConfig(seed=seed))
+    ceiling = label_ceiling(result.oracle, result.heldout_pairs)
+    accuracy = result.history[-1]["heldout_accuracy"]
+    assert 0.87 <= ceiling <= 0.93  # 10% label noise
+    assert accuracy >= ceiling - 0.06, (accuracy, ceiling)
+    first = next(row["heldout_accuracy"] for row in result.history if "heldout_accuracy" in row)
+    assert first < accuracy
