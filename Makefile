@@ -61,7 +61,7 @@ test:
 		"assignments (nbgrader)=$(BIN)/python -m pytest -m assignments -q" \
 		"book build, notebooks executed (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(BIN)/python -m pytest -m book -q" \
-		"benchmarks (gae, A2C vs SB3, A3C scaling, PPO vs SB3)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 3'"
+		"benchmarks (gae, A2C vs SB3, A3C scaling, PPO vs SB3, SFT smoke / GPU MFU)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 3'"
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
@@ -82,6 +82,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/a2c_sb3.py $(BENCH_FLAGS)
 	$(BIN)/python bench/a3c_scaling.py $(BENCH_FLAGS)
 	$(BIN)/python bench/ppo_cartpole.py $(BENCH_FLAGS)
+	$(BIN)/python bench/gpu_sft.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf _build notebooks/assignments/release

@@ -2,8 +2,8 @@
 
 Each example is laid out as ``<bos> prompt answer <eos>``; the labels are the input ids with the prompt
 (and BOS, and any padding) replaced by -100, so the cross-entropy of eq-sft-loss averages over
-answer tokens and the EOS that ends them. Hugging Face's causal-LM loss shifts the labels by one
-position itself: the logits at position i are scored against the token at i + 1.
+answer tokens and the EOS that ends them. The logits at position i are scored against the token at
+i + 1 (``completion_loss`` writes the shift out; Hugging Face's ``labels=`` loss does the same inside).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import AutoTokenizer, PreTrainedModel
 
 from rlkit.llm.generation import generate
@@ -98,8 +99,12 @@ def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "
 
 
 def completion_loss(model: PreTrainedModel, batch: SFTBatch) -> torch.Tensor:
-    """The mean cross-entropy over answer tokens (eq-sft-loss): Hugging Face's loss with our labels."""
-    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+    """The mean cross-entropy over answer tokens and EOS (eq-sft-loss), the same number as Hugging Face's
+    ``model(..., labels=labels).loss``, with the shift written out."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    predictions = logits[:, :-1].flatten(0, 1).float()  # the logits at position i predict the token at i + 1
+    targets = batch.labels[:, 1:].flatten()
+    return F.cross_entropy(predictions, targets, ignore_index=IGNORE_INDEX)
 
 
 @torch.no_grad()

@@ -40,6 +40,15 @@ def test_completion_loss_equals_a_hand_written_token_mean(model, tokenizer):
     assert ours.item() == pytest.approx(total / count, abs=1e-5)
 
 
+def test_completion_loss_equals_hugging_faces_own_loss(tokenizer):
+    from rlkit.llm.models import build_causal_lm, tiny_config
+    model = build_causal_lm(tiny_config(tokenizer, "qwen2"), seed=1)  # a family whose HF loss needs no setting
+    batch = sft_batch(tokenizer, EXAMPLES)
+    with torch.no_grad():
+        theirs = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+        assert completion_loss(model, batch).item() == pytest.approx(theirs.item(), abs=1e-6)
+
+
 @pytest.mark.learning
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_tiny_model_learns_six_digit_sorting_within_1500_steps(seed):

@@ -1,0 +1,155 @@
+"""SFT and generation throughput of a GPT-2-small-sized model built from config: MFU on a GPU, a smoke test on a CPU.
+
+On CUDA the model is GPT-2 small's shape (12 layers, 768 wide, 12 heads, 1,024 positions, 50,257-token
+vocabulary: about 124M parameters), built from a ``GPT2Config`` (nothing downloads). Training runs rlkit's SFT
+step (``rlkit.llm.sft.completion_loss`` on a right-padded batch whose first half is prompt, labels -100) in
+bf16 autocast with fused AdamW and, unless ``--no-compile``, ``torch.compile``; the model FLOPs utilisation is
+
+    MFU = tokens/s x (6 N + 12 L d T) / peak,
+
+with N the parameters (the 6 N of a forward and backward pass per token, Kaplan et al.) and 12 L d T the
+attention scores and values (PaLM's appendix B), against ``--peak-tflops`` (790, the issue's H200 bf16 figure).
+Generation samples with the KV cache through ``model.generate`` (rlkit's ``sampling_config``) and, side by side,
+without it, and prints both rates and their ratio.
+
+On a CPU the same script runs a tiny model (two layers, 64 wide) for a few steps: a smoke test that the GPU
+path works end to end, run by ``make test``.
+
+    python bench/gpu_sft.py                  # GPT-2 small on CUDA when there is one, else the tiny smoke test
+    python bench/gpu_sft.py --size tiny      # the smoke test anywhere
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import GPT2Config, AutoModelForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rlkit.llm.generation import left_pad, sampling_config  # noqa: E402
+from rlkit.llm.models import count_parameters  # noqa: E402
+from rlkit.llm.sft import IGNORE_INDEX, SFTBatch, completion_loss  # noqa: E402
+from rlkit.llm.tokenizer import build_char_tokenizer  # noqa: E402
+
+SIZES = {  # name: (layers, width, heads, positions, vocabulary, batch, sequence length, new tokens)
+    "gpt2-small": (12, 768, 12, 1024, 50257, 16, 1024, 128),
+    "tiny": (2, 64, 4, 128, 64, 8, 64, 16),
+}
+
+
+def build_model(size: str, device: str) -> torch.nn.Module:
+    layers, width, heads, positions, vocab, *_ = SIZES[size]
+    tokenizer = build_char_tokenizer()  # only its special ids: pad 0, bos 1, eos 2
+    config = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, n_positions=positions, vocab_size=vocab,
+                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(device)
+
+
+def random_sft_batch(size: str, device: str) -> SFTBatch:
+    """Random tokens (ids 4 and up: no special token), the first half prompt (label -100), the rest completion."""
+    *_, vocab, batch, length, _ = SIZES[size]
+    input_ids = torch.randint(4, vocab, (batch, length), device=device)
+    labels = input_ids.clone()
+    labels[:, :length // 2] = IGNORE_INDEX
+    return SFTBatch(input_ids, torch.ones_like(input_ids), labels)
+
+
+def flops_per_token(model: torch.nn.Module, size: str) -> float:
+    layers, width, *_, length, _ = SIZES[size]
+    return 6 * count_parameters(model) + 12 * layers * width * length
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def train_rate(model, size: str, device: str, steps: int, compile_model: bool) -> tuple[float, float, float]:
+    """(training tokens/s, first loss, last loss) over ``steps`` SFT steps after a few untimed ones."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device == "cuda")
+    step_model = torch.compile(model) if compile_model else model
+    autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda")
+
+    def step() -> float:
+        with autocast:
+            loss = completion_loss(step_model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    batch = random_sft_batch(size, device)  # one batch, memorised: the loss must fall if the step is right
+    first = step().item()
+    for _ in range(2):
+        step()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        last = step()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return batch.input_ids.numel() * steps / seconds, first, last.item()
+
+
+@torch.no_grad()
+def generation_rate(model, size: str, device: str, use_cache: bool) -> float:
+    """Generated tokens/s, sampling ``new`` tokens for each of ``batch`` left-padded prompts of mixed lengths."""
+    *_, vocab, batch, length, new = SIZES[size]
+    tokenizer = build_char_tokenizer()
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(4, vocab, (length // 4 + i % 8,), generator=generator).tolist() for i in range(batch)]
+    prompt_batch = left_pad(prompts, tokenizer.pad_token_id, device)
+    config = sampling_config(tokenizer, new, temperature=1.0)
+    config.min_new_tokens, config.use_cache = new, use_cache  # every row generates exactly `new` tokens
+    model.eval()
+    synchronize(device)
+    start = time.perf_counter()
+    with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+        output = model.generate(input_ids=prompt_batch.input_ids, attention_mask=prompt_batch.attention_mask,
+                                generation_config=config)
+    synchronize(device)
+    model.train()
+    generated = output.sequences.shape[1] - prompt_batch.input_ids.shape[1]
+    return batch * generated / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=SIZES, default="gpt2-small" if torch.cuda.is_available() else "tiny")
+    parser.add_argument("--steps", type=int, default=None, help="timed training steps (default: 30 on CUDA, 5 on CPU)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the measurement; medians are reported")
+    parser.add_argument("--peak-tflops", type=float, default=790.0, help="the accelerator's dense bf16 peak")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile on CUDA")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(1 if device == "cpu" else torch.get_num_threads())
+    steps = args.steps or (30 if device == "cuda" else 5)
+    model = build_model(args.size, device)
+    print(f"{args.size}: {count_parameters(model) / 1e6:.2f}M parameters on {device}"
+          f"{' (' + torch.cuda.get_device_name() + ')' if device == 'cuda' else ''}")
+    compile_model = device == "cuda" and not args.no_compile
+    rounds = [train_rate(model, args.size, device, steps, compile_model) for _ in range(args.rounds)]
+    tokens_per_second = statistics.median(rate for rate, _, _ in rounds)
+    first_loss, last_loss = rounds[0][1], rounds[-1][2]
+    print(f"training: {tokens_per_second:,.0f} tokens/s, loss {first_loss:.3f} -> {last_loss:.3f}")
+    cached = statistics.median(generation_rate(model, args.size, device, True) for _ in range(args.rounds))
+    uncached = statistics.median(generation_rate(model, args.size, device, False) for _ in range(args.rounds))
+    print(f"generation: {cached:,.0f} tokens/s with the KV cache, {uncached:,.0f} without "
+          f"({cached / uncached:.2f}x)")
+    if device == "cuda":
+        mfu = tokens_per_second * flops_per_token(model, args.size) / (args.peak_tflops * 1e12)
+        print(f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most")
+        print(f"result: sft_mfu = {mfu:.3f} (goal: >= 0.30)")
+    else:  # no peak to compare with on a CPU: check that the step learns and the cache pays
+        print(f"result: cpu_smoke_loss_ratio = {last_loss / first_loss:.3f} (goal: < 1)")
+
+
+if __name__ == "__main__":
+    main()
