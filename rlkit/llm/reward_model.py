@@ -217,7 +217,15 @@ class RewardModelTrainer(Trainer):
         return row
 
     def _state(self) -> dict:
-        raise NotImplementedError("reward-model training has no checkpoint/resume yet: it takes under a minute")
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "order": list(self.order),
+                "order_rng": list(self.order_rng.getstate()[1])}
+
+    def _load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.order = list(state["order"])
+        version, _, gauss = self.order_rng.getstate()
+        self.order_rng.setstate((version, tuple(state["order_rng"]), gauss))
 
     def result(self) -> RewardModelResult:
         return RewardModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer,

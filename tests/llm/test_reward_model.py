@@ -1,5 +1,6 @@
 """The Bradley-Terry loss against its closed form, reward-model training against the oracle's ceiling."""
 
+import copy
 import math
 
 import pytest
@@ -54,6 +55,21 @@ def test_pair_rewards_score_chosen_and_rejected_separately(tokenizer):
     torch.testing.assert_close(rejected, chosen_2, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="pairs must be a non-empty list"):
         pairwise_accuracy(trainer.model, trainer.tokenizer, [])
+
+
+def test_resume_from_a_state_dict_is_exact():
+    config = RewardModelConfig(num_train_pairs=96, num_heldout_pairs=20, batch_size=32, epochs=2, eval_every=3)
+    first = RewardModelTrainer(config)
+    for _ in range(4):  # into the second epoch: the shuffled order must be restored
+        first.run_update()
+    state = copy.deepcopy(first.state_dict())
+    while not first.finished:
+        first.run_update()
+    resumed = RewardModelTrainer(config)
+    resumed.load_state_dict(state)
+    while not resumed.finished:
+        resumed.run_update()
+    assert resumed.history == first.history and len(first.history) == 6
 
 
 @pytest.mark.parametrize("field, value", [("label_noise", 0.5), ("num_train_pairs", 0), ("margin", -1.0),
