@@ -85,9 +85,18 @@ class Rollout:
     temperature: float
 
     def texts(self, tokenizer) -> list[str]:
-        """Each response decoded up to (not including) its first EOS."""
-        return [tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
-                for ids, mask in zip(self.response_ids.cpu(), self.response_mask.cpu())]
+        """Each response decoded up to (not including) its first EOS.
+
+        Other special tokens the policy sampled stay in the text (as ``<pad>``, ``<unk>``...): skipping them
+        would turn "012<pad>348" into a correct "012348", a reward that RL would learn to collect.
+        """
+        texts = []
+        for ids, mask in zip(self.response_ids.cpu(), self.response_mask.cpu()):
+            valid = ids[mask.bool()].tolist()
+            if valid and valid[-1] == tokenizer.eos_token_id:
+                valid = valid[:-1]
+            texts.append(tokenizer.decode(valid, skip_special_tokens=False))
+        return texts
 
 
 def sequence_layout(prompts: PromptBatch, response_ids: torch.Tensor, response_mask: torch.Tensor):

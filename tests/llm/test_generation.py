@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from rlkit.llm.generation import (encode_prompts, generate, left_pad, response_logprobs, response_mask,
+from rlkit.llm.generation import (Rollout, encode_prompts, generate, left_pad, response_logprobs, response_mask,
                                   sampling_config)
 from rlkit.llm.models import build_causal_lm, tiny_config
 from rlkit.llm.sft import IGNORE_INDEX
@@ -141,3 +141,13 @@ def test_a_tokenizer_without_pad_token_is_refused(model, tokenizer):
 def test_bad_sampling_settings_are_refused(tokenizer, field, kwargs, allowed):
     with pytest.raises(ValueError, match=f"{field} must be {allowed}"):
         sampling_config(tokenizer, **kwargs)
+
+
+def test_texts_keep_sampled_special_tokens_and_drop_only_the_eos(tokenizer):
+    """A sampled <pad> inside an answer must not vanish: "012<pad>348" is not the answer "012348"."""
+    ids = [tokenizer.convert_tokens_to_ids(c) for c in "012"] + [tokenizer.pad_token_id] + [
+        tokenizer.convert_tokens_to_ids(c) for c in "348"] + [tokenizer.eos_token_id]
+    response = torch.tensor([ids, ids[:3] + [tokenizer.eos_token_id] + [tokenizer.pad_token_id] * 4])
+    mask = response_mask(response, tokenizer.eos_token_id)
+    rollout = Rollout(encode_prompts(tokenizer, ["S318402:"] * 2), response, mask, torch.zeros(mask.shape), 1.0)
+    assert rollout.texts(tokenizer) == ["012<pad>348", "012"]
