@@ -143,6 +143,7 @@ class RewardModelConfig:
 class RewardModelResult(TrainResult):
     tokenizer: Any = None
     heldout_pairs: list[PreferencePair] | None = None
+    train_pairs: list[PreferencePair] | None = None
     oracle: PreferenceOracle | None = None
 
     @property
@@ -159,7 +160,7 @@ class RewardModelTrainer(Trainer):
         super().__init__(config)
         seed_everything(config.seed)
         self.oracle = PreferenceOracle(SortTask(config.num_digits), config.label_noise)
-        self.heldout_pairs = self.oracle.pairs(config.num_heldout_pairs, seed=config.seed + 1)
+        self.heldout_pairs = self.oracle.pairs(config.num_heldout_pairs, seed=config.seed, split="heldout")
         heldout_prompts = {pair.prompt for pair in self.heldout_pairs}
         self.train_pairs = train_pairs if train_pairs is not None else self.oracle.pairs(
             config.num_train_pairs, seed=config.seed, exclude=heldout_prompts)
@@ -229,7 +230,7 @@ class RewardModelTrainer(Trainer):
 
     def result(self) -> RewardModelResult:
         return RewardModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer,
-                                 heldout_pairs=self.heldout_pairs, oracle=self.oracle)
+                                 heldout_pairs=self.heldout_pairs, train_pairs=self.train_pairs, oracle=self.oracle)
 
 
 def label_ceiling(oracle: PreferenceOracle, pairs: list[PreferencePair]) -> float:

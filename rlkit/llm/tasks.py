@@ -193,11 +193,17 @@ class PreferenceOracle:
             better, worse = worse, better
         return PreferencePair(prompt, better, worse)
 
-    def pairs(self, num_pairs: int, seed: int = 0, exclude: set[str] = frozenset()) -> list[PreferencePair]:
-        """``num_pairs`` labelled pairs on fresh prompts (one pair per prompt, prompts in ``exclude`` skipped)."""
+    def pairs(self, num_pairs: int, seed: int = 0, exclude: set[str] = frozenset(),
+              split: str = "train") -> list[PreferencePair]:
+        """``num_pairs`` labelled pairs on fresh prompts (one pair per prompt, prompts in ``exclude`` skipped).
+
+        Each ``split`` ("train", "heldout") draws from its own stream, so no seed's held-out pairs are
+        another seed's training pairs.
+        """
         require(is_count(num_pairs), "num_pairs", "an integer >= 1", num_pairs)
         require(is_seed(seed), "seed", "an integer in [0, 2**32)", seed)
-        rng, pairs = random.Random(f"preferences-{seed}"), []
+        require(split in ("train", "heldout"), "split", "'train' or 'heldout'", split)
+        rng, pairs = random.Random(f"preferences-{split}-{seed}"), []
         while len(pairs) < num_pairs:
             prompt = self.task.sample_prompt(rng)
             if prompt in exclude:

@@ -98,6 +98,8 @@ def test_oracle_pairs_avoid_excluded_prompts_and_follow_the_seed():
     train = oracle.pairs(300, seed=0, exclude={pair.prompt for pair in heldout})
     assert not {p.prompt for p in heldout} & {p.prompt for p in train}
     assert oracle.pairs(300, seed=1) == heldout
+    other_seeds_heldout = oracle.pairs(300, seed=0, split="heldout")  # its own stream, not seed 0's training pairs
+    assert len({p.prompt for p in other_seeds_heldout} & {p.prompt for p in train}) < 30
     assert isinstance(heldout[0], PreferencePair)
 
 
