@@ -119,8 +119,8 @@ def response_logprobs(model: PreTrainedModel, prompts: PromptBatch, response_ids
                       response_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``log pi(response_t | prompt, response_<t)`` at ``temperature`` (eq-response-logprob), 0 where masked.
 
-    Computed in float32 whatever the model's dtype: log-softmax over a large vocabulary in bf16 loses the
-    small differences that a probability ratio is made of.
+    The log-softmax runs in float32 whatever the model's dtype: over a large vocabulary, bf16 would lose the
+    small differences that a probability ratio is made of (the logits themselves keep the model's precision).
     """
     require(is_finite_number(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
     logits = response_logits(model, prompts, response_ids, response_mask).float() / temperature
@@ -129,8 +129,13 @@ def response_logprobs(model: PreTrainedModel, prompts: PromptBatch, response_ids
 
 
 def sampling_config(tokenizer, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, greedy: bool = False) -> GenerationConfig:
-    """A complete ``GenerationConfig``: nothing is inherited from a model's defaults (many ship top_k = 50)."""
+                    top_p: float | None = None, greedy: bool = False, return_logits: bool = False) -> GenerationConfig:
+    """A complete ``GenerationConfig`` for plain sampling at ``temperature`` (or greedy decoding).
+
+    ``generate_without_model_defaults`` keeps a released model's own generation defaults (top_k = 20,
+    repetition_penalty = 1.1, ...) out of it. ``return_logits`` keeps generate's raw logits, ``[B, V]`` per
+    step: for checks only, since at a real vocabulary size they are gigabytes.
+    """
     require(is_count(max_new_tokens), "max_new_tokens", "an integer >= 1", max_new_tokens)
     require(is_finite_number(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
     require(top_k is None or is_count(top_k), "top_k", "None or an integer >= 1", top_k)
@@ -138,7 +143,22 @@ def sampling_config(tokenizer, max_new_tokens: int, temperature: float = 1.0, to
     sampling = {} if greedy else dict(temperature=temperature, top_k=top_k or 0, top_p=top_p or 1.0)  # 0, 1.0: off
     return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not greedy, eos_token_id=tokenizer.eos_token_id,
                             pad_token_id=require_pad_token(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                            use_cache=True, return_dict_in_generate=True, output_logits=True, **sampling)
+                            use_cache=True, return_dict_in_generate=True, output_logits=return_logits, **sampling)
+
+
+def generate_without_model_defaults(model: PreTrainedModel, prompts: PromptBatch, config: GenerationConfig):
+    """``model.generate`` with exactly ``config``: Hugging Face fills every setting a config leaves unset from the
+    model's own ``generation_config``, so the model's is swapped out for the call (and the model put in eval mode:
+    dropout would make the samples and their log-probabilities disagree)."""
+    saved, was_training = model.generation_config, model.training
+    model.generation_config = config
+    model.eval()
+    try:
+        return model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
+                              generation_config=config)
+    finally:
+        model.generation_config = saved
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -153,11 +173,13 @@ def generate(model: PreTrainedModel, tokenizer, prompts: list[str], max_new_toke
     """
     prompt_batch = encode_prompts(tokenizer, prompts, model, max_new_tokens)
     config = sampling_config(tokenizer, max_new_tokens, temperature, top_k, top_p, greedy)
-    output = model.generate(input_ids=prompt_batch.input_ids, attention_mask=prompt_batch.attention_mask,
-                            generation_config=config)
+    output = generate_without_model_defaults(model, prompt_batch, config)
     response_ids = output.sequences[:, prompt_batch.input_ids.shape[1]:]
     mask = response_mask(response_ids, tokenizer.eos_token_id)
     response_ids = response_ids.masked_fill(mask == 0, require_pad_token(tokenizer))
     used_temperature = 1.0 if greedy else temperature
+    was_training = model.training
+    model.eval()
     logprobs = response_logprobs(model, prompt_batch, response_ids, mask, used_temperature)
+    model.train(was_training)
     return Rollout(prompt_batch, response_ids, mask, logprobs, used_temperature)

@@ -94,7 +94,8 @@ class ValueHeadModel(nn.Module):
     def __init__(self, backbone: PreTrainedModel):
         super().__init__()
         self.backbone = backbone
-        self.value_head = nn.Linear(backbone.config.get_text_config().hidden_size, 1)
+        # float32 whatever the backbone's dtype: values are regression targets, and bf16 rounds them coarsely
+        self.value_head = nn.Linear(backbone.config.get_text_config().hidden_size, 1, device=backbone.device)
         nn.init.zeros_(self.value_head.weight)  # start at V = 0 everywhere: no made-up advantages at step 0
         nn.init.zeros_(self.value_head.bias)
 
@@ -103,12 +104,14 @@ class ValueHeadModel(nn.Module):
         """A critic whose backbone is a copy of ``model``'s transformer (its head, LM or score, is dropped)."""
         backbone = AutoModel.from_config(model.config)
         backbone.load_state_dict(model.base_model.state_dict())
-        return cls(backbone.to(model.device, model.dtype))
+        return cls(backbone.to(model.device, model.dtype))  # the head is made on the backbone's device, in float32
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        if position_ids is None:  # count from each row's first real token, as generation does
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-        return self.value_head(hidden).squeeze(-1).float()
+        return self.value_head(hidden.float()).squeeze(-1)
 
     def save_pretrained(self, folder: str | os.PathLike) -> None:
         self.backbone.save_pretrained(folder)
@@ -145,9 +148,10 @@ def build_reward_model(config: PretrainedConfig, seed: int = 0) -> PreTrainedMod
         return AutoModelForSequenceClassification.from_config(config)
 
 
-def reward_model_from_causal_lm(model: PreTrainedModel) -> PreTrainedModel:
-    """A reward model whose transformer is a copy of ``model``'s (an SFT model, say) and whose head is new."""
-    reward_model = build_reward_model(model.config)
+def reward_model_from_causal_lm(model: PreTrainedModel, seed: int = 0) -> PreTrainedModel:
+    """A reward model whose transformer is a copy of ``model``'s (an SFT model, say) and whose head is new
+    (initialised from ``seed``)."""
+    reward_model = build_reward_model(model.config, seed)
     reward_model.base_model.load_state_dict(model.base_model.state_dict())
     return reward_model.to(model.device, model.dtype)
 
@@ -160,3 +164,11 @@ def load_reward_model(name_or_path: str | os.PathLike, dtype: torch.dtype | str 
     require_reward_model_config(config)
     return AutoModelForSequenceClassification.from_pretrained(
         name_or_path, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
+
+
+def require_matching_pad(model: PreTrainedModel, tokenizer) -> None:
+    """The reward is read through ``config.pad_token_id``; batches are padded with the tokenizer's: they must agree."""
+    if model.config.get_text_config().pad_token_id != tokenizer.pad_token_id:
+        raise ValueError(f"the reward model's config.pad_token_id ({model.config.get_text_config().pad_token_id}) differs "
+                         f"from tokenizer.pad_token_id ({tokenizer.pad_token_id}): the reward would be read at a pad "
+                         "position; set config.pad_token_id = tokenizer.pad_token_id")

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from rlkit.llm.sft import warmup_cosine
-from rlkit.llm.models import FAMILIES, build_reward_model, reward_model_from_causal_lm, tiny_config, load_causal_lm
+from rlkit.llm.models import (FAMILIES, build_reward_model, context_length, load_causal_lm, require_matching_pad,
+                              reward_model_from_causal_lm, tiny_config)
 from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
 from rlkit.training import (Trainer, TrainResult, fit, is_count, is_finite_number, is_seed, require, require_device,
@@ -136,6 +137,9 @@ class RewardModelConfig:
         require(is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0, "max_grad_norm", "a number > 0",
                 self.max_grad_norm)
         require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
+        require(self.num_heldout_pairs <= 10**self.num_digits // 2, "num_heldout_pairs",
+                f"at most half the number of {self.num_digits}-digit sort prompts ({10**self.num_digits // 2})",
+                self.num_heldout_pairs)
         require_device(self.device)
 
 
@@ -172,13 +176,23 @@ class RewardModelTrainer(Trainer):
         else:
             from transformers import AutoTokenizer
             self.tokenizer = AutoTokenizer.from_pretrained(config.sft_model_path)
-            self.model = reward_model_from_causal_lm(load_causal_lm(config.sft_model_path, dtype=torch.float32))
+            self.model = reward_model_from_causal_lm(load_causal_lm(config.sft_model_path, dtype=torch.float32),
+                                                     config.seed)
+        require_matching_pad(self.model, self.tokenizer)
+        self._check_context()
         self.model.to(config.device).train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
                                            weight_decay=config.weight_decay)
         self.order_rng = random.Random(config.seed)
         self.steps_per_epoch = -(-len(self.train_pairs) // config.batch_size)
         self.order: list[int] = []
+
+    def _check_context(self) -> None:
+        longest = self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2  # candidates add <= 3
+        limit = context_length(self.model)
+        require(limit is None or longest <= limit, "num_digits",
+                f"small enough that <bos> prompt completion <eos> ({longest} tokens) fits the model's context ({limit})",
+                self.config.num_digits)
 
     @property
     def subject(self) -> str:

@@ -158,6 +158,8 @@ class SFTTrainer(Trainer):
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model_name_or_path)
             self.model = load_causal_lm(config.model_name_or_path, dtype=torch.float32, device=config.device)
+        if self.tokenizer.pad_token is None:  # GPT-2 and Llama ship none; masks here come from lengths, so EOS serves
+            self.tokenizer.pad_token = self.tokenizer.eos_token
         require_pad_token(self.tokenizer)
         self._check_context()
         self.model.train()
@@ -168,8 +170,7 @@ class SFTTrainer(Trainer):
         self.stopped_early = False
 
     def _check_context(self) -> None:
-        example = self.data.heldout[0]
-        length = len(self.tokenizer(example.prompt)["input_ids"]) + self.task.max_answer_length + 1
+        length = 1 + self.task.max_prompt_length + self.task.max_answer_length + 1  # <bos> prompt answer <eos>
         limit = context_length(self.model)
         require(limit is None or length <= limit, "num_digits",
                 f"small enough that prompt and answer ({length} tokens) fit the model's context ({limit})", self.config.num_digits)
@@ -230,7 +231,7 @@ def save_pretrained(result: SFTResult, folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     result.model.save_pretrained(folder)
     result.tokenizer.save_pretrained(folder)
-    (folder / "sft_config.json").write_text(json.dumps(asdict(result.config), indent=2))
+    (folder / "sft_config.json").write_text(json.dumps(asdict(result.config), indent=2, default=str))
     (folder / "sft_history.json").write_text(json.dumps(result.history))
     return folder
 
@@ -244,6 +245,6 @@ def sft_starting_point(folder: str | os.PathLike, seed: int = 0, target: float =
     require(is_finite_number(target) and 0 < target < 1, "target", "a number in (0, 1)", target)
     folder, config = Path(folder), SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)
     saved = folder / "sft_config.json"
-    if saved.exists() and json.loads(saved.read_text()) == asdict(config):
+    if saved.exists() and json.loads(saved.read_text()) == json.loads(json.dumps(asdict(config), default=str)):
         return folder
     return save_pretrained(train_sft(config), folder)

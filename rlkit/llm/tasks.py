@@ -46,6 +46,15 @@ class Task:
     def max_answer_length(self) -> int:
         raise NotImplementedError
 
+    @property
+    def max_prompt_length(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def num_problems(self) -> int:
+        """How many distinct prompts the task has."""
+        raise NotImplementedError
+
 
 class SortTask(Task):
     """Sort digits: ``"S318402:"`` -> ``"012348"``."""
@@ -67,6 +76,14 @@ class SortTask(Task):
     @property
     def max_answer_length(self) -> int:
         return self.num_digits
+
+    @property
+    def max_prompt_length(self) -> int:
+        return self.num_digits + 2
+
+    @property
+    def num_problems(self) -> int:
+        return 10**self.num_digits
 
 
 class AdditionTask(Task):
@@ -92,6 +109,14 @@ class AdditionTask(Task):
     def max_answer_length(self) -> int:
         return self.num_digits + 1
 
+    @property
+    def max_prompt_length(self) -> int:
+        return 2 * self.num_digits + 3
+
+    @property
+    def num_problems(self) -> int:
+        return 10 ** (2 * self.num_digits)
+
 
 TASKS = {"sort": SortTask, "addition": AdditionTask}
 
@@ -107,16 +132,15 @@ class TaskData:
 
     def __init__(self, task: Task, num_heldout: int = 500, seed: int = 0):
         require(is_count(num_heldout), "num_heldout", "an integer >= 1", num_heldout)
+        require(num_heldout <= task.num_problems // 2, "num_heldout",
+                f"at most half the number of distinct {task.name} problems ({task.num_problems}), so that training "
+                "has problems left", num_heldout)
         require(is_seed(seed), "seed", "an integer in [0, 2**32)", seed)
         self.task = task
         heldout_rng = random.Random(f"heldout-{seed}")
         prompts: dict[str, None] = {}
-        for _ in range(100 * num_heldout):  # distinct problems; a task too small to have enough is an error
+        while len(prompts) < num_heldout:  # ends: at least half the problems are still new at every draw
             prompts.setdefault(task.sample_prompt(heldout_rng))
-            if len(prompts) == num_heldout:
-                break
-        require(len(prompts) == num_heldout, "num_heldout", f"at most the number of distinct {task.name} problems",
-                num_heldout)
         self.heldout = [Example(prompt, task.answer(prompt)) for prompt in prompts]
         self._heldout_prompts = set(prompts)
         self.train_rng = random.Random(f"train-{seed}")
@@ -203,8 +227,10 @@ class PreferenceOracle:
         require(is_count(num_pairs), "num_pairs", "an integer >= 1", num_pairs)
         require(is_seed(seed), "seed", "an integer in [0, 2**32)", seed)
         require(split in ("train", "heldout"), "split", "'train' or 'heldout'", split)
+        require(len(exclude) <= self.task.num_problems // 2, "exclude",
+                f"at most half of the {self.task.num_problems} prompts, so that fresh ones remain", f"{len(exclude)} prompts")
         rng, pairs = random.Random(f"preferences-{split}-{seed}"), []
-        while len(pairs) < num_pairs:
+        while len(pairs) < num_pairs:  # ends: at least half the prompts are allowed, and most pairs are not ties
             prompt = self.task.sample_prompt(rng)
             if prompt in exclude:
                 continue

@@ -4,9 +4,10 @@ import copy
 
 import pytest
 import torch
+from transformers import GenerationConfig
 
-from rlkit.llm.generation import (Rollout, encode_prompts, generate, left_pad, response_logprobs, response_mask,
-                                  sampling_config)
+from rlkit.llm.generation import (Rollout, encode_prompts, generate, generate_without_model_defaults, left_pad,
+                                  response_logprobs, response_mask, sampling_config)
 from rlkit.llm.models import build_causal_lm, tiny_config
 from rlkit.llm.sft import IGNORE_INDEX
 
@@ -51,7 +52,7 @@ def test_logprobs_equal_log_softmax_of_generate_logits_at_the_sampling_temperatu
     prompts = encode_prompts(tokenizer, PROMPTS, model, max_new_tokens=6)
     with torch.no_grad():
         output = model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
-                                generation_config=sampling_config(tokenizer, 6, temperature))
+                                generation_config=sampling_config(tokenizer, 6, temperature, return_logits=True))
     response_ids = output.sequences[:, prompts.input_ids.shape[1]:]
     mask = response_mask(response_ids, tokenizer.eos_token_id)
     with torch.no_grad():
@@ -102,6 +103,34 @@ def test_greedy_generation_with_kv_cache_equals_a_loop_without_cache(model, toke
                 if next_id == tokenizer.eos_token_id:
                     break
         assert rollout.response_ids[row, :len(expected)].tolist() == expected
+
+
+def test_a_released_models_own_generation_defaults_do_not_leak_into_sampling(tokenizer):
+    """Instruct checkpoints ship top_k, top_p, a repetition penalty...: none may change what rlkit samples."""
+    model = build_causal_lm(tiny_config(tokenizer), seed=0).eval()
+    plain = generate(model, tokenizer, PROMPTS, max_new_tokens=6, greedy=True)
+    model.generation_config = GenerationConfig(do_sample=True, temperature=0.7, top_k=2, top_p=0.5,
+                                               repetition_penalty=3.0, min_new_tokens=6, no_repeat_ngram_size=1)
+    assert torch.equal(generate(model, tokenizer, PROMPTS, max_new_tokens=6, greedy=True).response_ids,
+                       plain.response_ids)
+    config = sampling_config(tokenizer, 6, temperature=0.9, return_logits=True)
+    config.output_scores = True
+    output = generate_without_model_defaults(model, encode_prompts(tokenizer, PROMPTS), config)
+    for raw, processed in zip(output.logits, output.scores):  # nothing but the temperature between the two
+        torch.testing.assert_close(processed, raw / 0.9)
+    assert model.generation_config.repetition_penalty == 3.0  # the model's own settings are put back
+
+
+def test_generation_runs_in_eval_mode_and_restores_the_mode(tokenizer):
+    model = build_causal_lm(tiny_config(tokenizer, "gpt2", ), seed=0)
+    model.config.resid_pdrop = 0.5
+    model.train()
+    rollout = generate(model, tokenizer, PROMPTS, max_new_tokens=4, greedy=True)
+    assert model.training
+    model.eval()
+    with torch.no_grad():
+        again = response_logprobs(model, rollout.prompts, rollout.response_ids, rollout.response_mask)
+    torch.testing.assert_close(rollout.logprobs, again)
 
 
 def test_top_k_of_one_samples_the_greedy_response(model, tokenizer):

@@ -111,3 +111,23 @@ def test_a_reward_model_whose_pad_is_eos_is_refused(tokenizer):
 def test_bad_model_settings_are_refused(tokenizer, kwargs, field):
     with pytest.raises(ValueError, match=f"{field} must be"):
         tiny_config(tokenizer, **kwargs)
+
+
+def test_critic_of_a_bf16_model_runs_and_keeps_its_head_in_float32(tokenizer, tmp_path):
+    model = build_causal_lm(tiny_config(tokenizer), seed=0).to(torch.bfloat16)
+    critic = ValueHeadModel.from_pretrained_model(model)
+    ids = torch.tensor([tokenizer("S318402:")["input_ids"]])
+    values = critic(ids, torch.ones_like(ids))
+    assert values.dtype == torch.float32 and critic.value_head.weight.dtype == torch.float32
+    critic.save_pretrained(tmp_path)
+    assert ValueHeadModel.from_pretrained(tmp_path)(ids, torch.ones_like(ids)).dtype == torch.float32
+
+
+def test_critic_values_do_not_change_with_left_padding(tokenizer):
+    critic = ValueHeadModel.from_pretrained_model(build_causal_lm(tiny_config(tokenizer, "gpt2"), seed=0)).eval()
+    torch.nn.init.normal_(critic.value_head.weight)
+    ids = tokenizer("S318402:")["input_ids"]
+    alone = critic(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
+    padded = critic(torch.tensor([[tokenizer.pad_token_id] * 3 + ids]),
+                    torch.tensor([[0] * 3 + [1] * len(ids)]))
+    torch.testing.assert_close(padded[:, 3:], alone, atol=1e-5, rtol=0)

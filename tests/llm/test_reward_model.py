@@ -89,3 +89,22 @@ def test_held_out_accuracy_comes_within_a_few_points_of_the_label_noise_ceiling(
     assert accuracy >= ceiling - 0.08, (accuracy, ceiling)  # seeds 0-3 measured 4.4, 4.6, 6.4, 6.9 points below
     first = next(row["heldout_accuracy"] for row in result.history if "heldout_accuracy" in row)
     assert first < accuracy
+
+
+def test_a_reward_model_padded_differently_from_its_tokenizer_is_refused(tmp_path):
+    from rlkit.llm.models import build_causal_lm, tiny_config
+    from rlkit.llm.tokenizer import build_char_tokenizer
+    tokenizer = build_char_tokenizer()
+    model = build_causal_lm(tiny_config(tokenizer), seed=0)
+    model.config.pad_token_id = tokenizer.unk_token_id
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"config.pad_token_id \(3\) differs from tokenizer.pad_token_id \(0\)"):
+        RewardModelTrainer(RewardModelConfig(sft_model_path=str(tmp_path), num_train_pairs=10, num_heldout_pairs=10))
+
+
+def test_sizes_that_cannot_work_are_refused_before_training():
+    with pytest.raises(ValueError, match="num_heldout_pairs must be at most half the number of 2-digit sort prompts"):
+        RewardModelConfig(num_digits=2)  # 1,000 held-out pairs on 100 prompts: training would have none left
+    with pytest.raises(ValueError, match="num_digits must be small enough"):
+        RewardModelTrainer(RewardModelConfig(num_digits=40, num_train_pairs=10, num_heldout_pairs=10))

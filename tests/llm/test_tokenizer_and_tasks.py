@@ -70,8 +70,9 @@ def test_heldout_prompts_never_appear_in_training_and_the_seed_fixes_both():
 
 
 def test_more_heldout_problems_than_exist_is_refused():
-    with pytest.raises(ValueError, match="num_heldout must be at most the number of distinct sort problems"):
-        TaskData(SortTask(2), num_heldout=101)
+    with pytest.raises(ValueError, match=r"num_heldout must be at most half the number of distinct sort problems \(100\)"):
+        TaskData(SortTask(2), num_heldout=51)
+    TaskData(SortTask(1), num_heldout=5).train_batch(64)  # the other five problems are drawn for training
 
 
 def test_oracle_scores_the_answer_highest_and_counts_each_fault():
