@@ -43,6 +43,18 @@ def left_pad(sequences: list[list[int]], pad_id: int, device: str | torch.device
     return PromptBatch(input_ids.to(device), attention_mask.to(device), positions_from_mask(attention_mask).to(device))
 
 
+def right_pad(sequences: list[list[int]], pad_id: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists into ``(input_ids, attention_mask)``: the layout for training and for scoring."""
+    require(len(sequences) > 0, "sequences", "a non-empty list", sequences)
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, :len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        attention_mask[row, :len(sequence)] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids that start at 0 on each row's first real token (padding gets 0: it is never attended to)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)

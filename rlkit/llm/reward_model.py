@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from rlkit.llm.generation import right_pad
 from rlkit.llm.sft import warmup_cosine
 from rlkit.llm.models import (FAMILIES, build_reward_model, context_length, load_causal_lm, require_matching_pad,
                               reward_model_from_causal_lm, tiny_config)
@@ -55,13 +56,7 @@ def scoring_batch(tokenizer, prompts: list[str], completions: list[str], device:
     pad_id = require_pad_token(tokenizer)
     sequences = [tokenizer(prompt + completion)["input_ids"] + [tokenizer.eos_token_id]
                  for prompt, completion in zip(prompts, completions)]
-    width = max(len(sequence) for sequence in sequences)
-    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, sequence in enumerate(sequences):
-        input_ids[row, :len(sequence)] = torch.tensor(sequence)
-        attention_mask[row, :len(sequence)] = 1
-    return ScoredBatch(input_ids.to(device), attention_mask.to(device))
+    return ScoredBatch(*right_pad(sequences, pad_id, device))
 
 
 def sequence_rewards(reward_model: PreTrainedModel, batch: ScoredBatch) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer, PreTrainedModel
 
-from rlkit.llm.generation import generate
+from rlkit.llm.generation import generate, right_pad
 from rlkit.llm.models import FAMILIES, build_causal_lm, context_length, load_causal_lm, tiny_config
 from rlkit.llm.tasks import TASKS, Example, Task, TaskData, make_task
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
@@ -87,14 +87,10 @@ def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "
     prompts = tokenizer([example.prompt for example in examples], add_special_tokens=True)["input_ids"]
     answers = tokenizer([example.answer for example in examples], add_special_tokens=False)["input_ids"]
     sequences = [prompt + answer + [tokenizer.eos_token_id] for prompt, answer in zip(prompts, answers)]
-    width = max(len(sequence) for sequence in sequences)
-    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(sequences), width), IGNORE_INDEX, dtype=torch.long)
-    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, (prompt, sequence) in enumerate(zip(prompts, sequences)):
-        input_ids[row, :len(sequence)] = torch.tensor(sequence)
-        attention_mask[row, :len(sequence)] = 1
-        labels[row, len(prompt):len(sequence)] = torch.tensor(sequence[len(prompt):])
+    input_ids, attention_mask = right_pad(sequences, pad_id)
+    labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
+    for row, prompt in enumerate(prompts):
+        labels[row, :len(prompt)] = IGNORE_INDEX
     return SFTBatch(input_ids.to(device), attention_mask.to(device), labels.to(device))
 
 
