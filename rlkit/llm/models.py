@@ -109,7 +109,8 @@ class ValueHeadModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
         if position_ids is None:  # count from each row's first real token, as generation does
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            from rlkit.llm.generation import positions_from_mask  # here: generation imports this module
+            position_ids = positions_from_mask(attention_mask)
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
         return self.value_head(hidden.float()).squeeze(-1)
 
