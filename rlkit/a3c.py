@@ -33,7 +33,7 @@ import torch.multiprocessing as mp
 from tqdm.auto import tqdm
 
 from rlkit.a2c import clip_gradients, make_agent, rollout_loss, validate_actor_critic
-from rlkit.nets import ActorCritic, ValueView, flatten_parameters
+from rlkit.nets import ActorCritic, ValueView, adam_move, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
 from rlkit.training import (TrainResult, greedy_returns, is_count, is_number, require, require_finite_weights,
@@ -84,6 +84,10 @@ class A3CConfig:
         validate_actor_critic(self)
         require(len(self.adam_betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.adam_betas), "adam_betas",
                 "two numbers in [0, 1)", self.adam_betas)
+        beta1, beta2 = self.adam_betas  # Adam's step is bounded only when beta1**2 < beta2 (eq-adam-step-bound)
+        require(beta1 == 0 or beta1**2 < beta2, "adam_betas", "(beta1, beta2) with beta1 = 0 or beta1**2 < beta2 "
+                "(otherwise Adam's step m / sqrt(v) has no bound: a zero gradient after a nonzero one moves the "
+                "weights by about lr * m / eps)", self.adam_betas)
         require(not self.normalize_advantages or self.num_steps >= 2, "normalize_advantages",
                 "False when num_steps < 2 (whitening needs two advantages)", self.normalize_advantages)
         require(self.timeout is None or (is_number(self.timeout) and self.timeout > 0), "timeout", "> 0 or None",
@@ -92,7 +96,13 @@ class A3CConfig:
 
 class SharedAdam(torch.optim.Adam):
     """Adam whose state (step count, first and second moments) is created up front in shared memory,
-    so that every worker process reads and updates the same statistics."""
+    so that every worker process reads and updates the same statistics.
+
+    Its step is torch's Adam step (same numbers, tested) with one change for lock-free workers: each moment
+    is computed aside and written to shared memory in one copy, and the worker steps with the moments it
+    computed. torch's in-place ``exp_avg_sq.mul_(beta2).addcmul_(grad, grad)`` leaves the second moment
+    scaled by beta2 between its two operations; a worker reading it then (zero when beta2 = 0) divides by
+    eps, and the weights blow up."""
 
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float):
         super().__init__(params, lr=lr, betas=betas, eps=eps, foreach=False)
@@ -102,6 +112,27 @@ class SharedAdam(torch.optim.Adam):
                 state["step"] = torch.zeros((), dtype=torch.float32).share_memory_()
                 state["exp_avg"] = torch.zeros_like(parameter.data).share_memory_()
                 state["exp_avg_sq"] = torch.zeros_like(parameter.data).share_memory_()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for parameter in group["params"]:
+                if parameter.grad is None:
+                    continue
+                state, grad = self.state[parameter], parameter.grad
+                state["step"] += 1
+                exp_avg = torch.lerp(state["exp_avg"], grad, 1 - beta1)
+                exp_avg_sq = torch.addcmul(state["exp_avg_sq"] * beta2, grad, grad, value=1 - beta2)
+                state["exp_avg"].copy_(exp_avg)  # one write each: no half-updated moment for another worker to read
+                state["exp_avg_sq"].copy_(exp_avg_sq)
+                adam_move(parameter, exp_avg, exp_avg_sq, float(state["step"]), group["lr"], group["betas"],
+                          group["eps"])
+        return loss
 
 
 @dataclass

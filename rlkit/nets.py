@@ -272,6 +272,16 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
     return flat
 
 
+@torch.no_grad()
+def adam_move(parameter: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: int | float, lr: float,
+              betas: tuple[float, float], eps: float) -> None:
+    """Adam's move once the moments are updated: ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``, with the
+    bias corrections ``m_hat = m / (1 - b1^t)`` and ``v_hat = v / (1 - b2^t)``, in ``torch.optim.Adam``'s order."""
+    beta1, beta2 = betas
+    denominator = (exp_avg_sq.sqrt() / math.sqrt(1.0 - beta2**steps)).add_(eps)
+    parameter.addcdiv_(exp_avg, denominator, value=-lr / (1.0 - beta1**steps))
+
+
 class FlatAdam:
     """Adam (Kingma & Ba, 2015) for one flat parameter (``flatten_parameters``), in seven tensor operations.
 
@@ -293,8 +303,7 @@ class FlatAdam:
         self.steps += 1
         self.exp_avg.lerp_(grad, 1.0 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        denominator = (self.exp_avg_sq.sqrt() / math.sqrt(1.0 - beta2**self.steps)).add_(self.eps)
-        self.flat.addcdiv_(self.exp_avg, denominator, value=-self.lr / (1.0 - beta1**self.steps))
+        adam_move(self.flat, self.exp_avg, self.exp_avg_sq, self.steps, self.lr, self.betas, self.eps)
 
     def zero_grad(self) -> None:
         self.flat.grad.zero_()

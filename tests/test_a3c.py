@@ -33,24 +33,37 @@ def test_model_and_every_optimizer_statistic_live_in_shared_memory():
     assert run.worker_steps.is_shared() and run.episodes.is_shared() and run.episode_counts.is_shared()
 
 
-def test_shared_adam_keeps_its_shared_state_through_steps():
-    """torch's Adam must use the state made up front (not replace it): one step, same tensors, updated in place."""
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.0, 0.0), (0.5, 0.1)])
+def test_shared_adam_steps_exactly_as_torch_adam_and_keeps_its_shared_state(betas):
+    """torch's Adam is the reference, bit for bit; the state made up front stays (same tensors, updated in place)."""
     parameter = torch.nn.Parameter(torch.ones(3))
     parameter.data.share_memory_()
-    optimizer = SharedAdam([parameter], lr=0.1, betas=(0.9, 0.999), eps=1e-8)
+    optimizer = SharedAdam([parameter], lr=0.1, betas=betas, eps=1e-8)
     state = optimizer.state[parameter]
     before = {name: tensor.data_ptr() for name, tensor in state.items()}
-    parameter.grad = torch.tensor([1.0, -1.0, 0.5])
-    optimizer.step()
-    optimizer.step()
-    assert {name: tensor.data_ptr() for name, tensor in optimizer.state[parameter].items()} == before
-    assert state["step"].item() == 2 and all(tensor.is_shared() for tensor in state.values())
     reference = torch.nn.Parameter(torch.ones(3))
-    reference_optimizer = torch.optim.Adam([reference], lr=0.1, betas=(0.9, 0.999), eps=1e-8)
-    for _ in range(2):
-        reference.grad = torch.tensor([1.0, -1.0, 0.5])
+    reference_optimizer = torch.optim.Adam([reference], lr=0.1, betas=betas, eps=1e-8)
+    gradients = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    for gradient in gradients:
+        parameter.grad, reference.grad = gradient.clone(), gradient.clone()
+        optimizer.step()
         reference_optimizer.step()
-    torch.testing.assert_close(parameter.detach(), reference.detach())
+    assert {name: tensor.data_ptr() for name, tensor in optimizer.state[parameter].items()} == before
+    assert state["step"].item() == 5 and all(tensor.is_shared() for tensor in state.values())
+    assert torch.equal(parameter.detach(), reference.detach())
+    for name in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(state[name], reference_optimizer.state[reference][name]), name
+
+
+def test_workers_never_read_a_half_updated_second_moment():
+    """Found by fuzzing: with beta2 = 0, torch's in-place step zeroes the shared second moment before adding
+    the new gradient's square; a worker stepping in between divided by eps and the weights became NaN (two
+    workers, one step per update: every run diverged). SharedAdam writes each moment once."""
+    config = small_config(total_steps=300, num_steps=1, gamma=0.0, lam=0.0, adam_betas=(0.0, 0.0), optimizer_eps=1e-8,
+                          learning_rate=2**-7, vf_coef=1.0, ent_coef=0.0, max_grad_norm=float("inf"), hidden_sizes=[])
+    for _ in range(3):
+        result = train(config)  # raises TrainingDiverged when the weights are not finite
+        assert all(torch.isfinite(parameter).all() for parameter in result.agent.parameters())
 
 
 def test_workers_train_the_shared_model_and_log_their_episodes():
@@ -113,6 +126,8 @@ def test_timeout_stops_the_run_with_a_clear_error():
     ("learning_rate", -1e-3, r"learning_rate must be in \(0, 1\]"),
     ("device", "cuda", "device must be \"cpu\""),
     ("adam_betas", (0.9, 1.0), "adam_betas must be two numbers"),
+    ("adam_betas", (0.5, 0.0), r"adam_betas must be \(beta1, beta2\) with beta1 = 0 or beta1\*\*2 < beta2"),
+    ("adam_betas", (0.9, 0.81), r"adam_betas must be \(beta1, beta2\) with beta1 = 0 or beta1\*\*2 < beta2"),
     ("timeout", 0, "timeout must be > 0 or None"),
     ("timeout", "5", "timeout must be > 0 or None"),
     ("adam_betas", 0.9, "adam_betas must be two numbers"),

@@ -155,11 +155,21 @@ def valid_a2c(draw):
 
 
 @st.composite
+def adam_betas(draw):
+    """(beta1, beta2) in [0, 1) with beta1 = 0 or beta1**2 < beta2, where Adam's step m / sqrt(v) is bounded."""
+    beta2 = draw(st.floats(0.0, 0.999))
+    if beta2 == 0:
+        return 0.0, beta2
+    beta1 = draw(st.just(0.0) | st.floats(0.0, math.sqrt(beta2), exclude_max=True).filter(lambda b: b * b < beta2))
+    return beta1, beta2
+
+
+@st.composite
 def valid_a3c(draw):
     num_steps = draw(st.integers(1, 20))
     return dict(
         actor_critic_fields(draw), total_steps=draw(st.integers(300, 400)), num_workers=draw(st.integers(1, 2)),
-        num_steps=num_steps, adam_betas=draw(st.tuples(st.floats(0.0, 0.999), st.floats(0.0, 0.999))),
+        num_steps=num_steps, adam_betas=draw(adam_betas()),
         normalize_advantages=num_steps >= 2 and draw(st.booleans()), timeout=60.0,
     )
 
@@ -377,6 +387,9 @@ FOUND = [
     (a3c.A3CConfig, dict(activation=["tanh"]), "activation"),
     (a3c.A3CConfig, dict(activation={}), "activation"),
     # an optimizer eps that is 0 in float32: Adam divides 0 by 0, and A3C returned an agent of NaN weights
+    # Adam with beta1**2 >= beta2: m / sqrt(v) unbounded; a zero gradient (a dead ReLU) after a nonzero one moved the
+    # weights by lr * m / eps (eps 1e-38, betas (0.5, 0), one worker: NaN weights)
+    (a3c.A3CConfig, dict(adam_betas=(0.5, 0.0)), "adam_betas"),
     (a3c.A3CConfig, dict(optimizer_eps=5e-324), "optimizer_eps"),
     (a3c.A3CConfig, dict(optimizer_eps=1e-40), "optimizer_eps"),
 ]
