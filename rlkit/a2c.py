@@ -35,6 +35,9 @@ from rlkit.training import (SCHEDULES, Trainer, TrainResult, fit, greedy_returns
 
 OPTIMIZERS = ("rmsprop", "adam")
 FLOAT32_TINY = torch.finfo(torch.float32).tiny
+# The smallest optimizer eps: a gradient g whose square underflows to 0 in float32 (|g| < 2.7e-23) moves a weight by
+# |g| / eps: at most 3e-4 times the learning rate with this eps, 2e15 times with eps = FLOAT32_TINY.
+SMALLEST_OPTIMIZER_EPS = math.sqrt(FLOAT32_TINY)
 DEFAULTS = dict(
     total_steps=500_000, num_envs=8, num_steps=5, learning_rate=7e-4, lr_schedule="constant", gamma=0.99, lam=1.0,
     ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5,
@@ -111,8 +114,9 @@ def validate_actor_critic(config) -> None:
     require(config.vf_coef >= 0, "vf_coef", ">= 0", config.vf_coef)
     require(config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0 (math.inf: never clip)",
             config.max_grad_norm)
-    require(config.optimizer_eps >= FLOAT32_TINY, "optimizer_eps", f">= {FLOAT32_TINY:.3g} (smaller is 0 in float32, and "
-            "the optimizer's step then divides 0 by 0 where a gradient is 0)", config.optimizer_eps)
+    require(config.optimizer_eps >= SMALLEST_OPTIMIZER_EPS, "optimizer_eps", f">= {SMALLEST_OPTIMIZER_EPS:.3g} (the "
+            "square root of float32's smallest normal number: where a gradient's square underflows to 0, the "
+            "optimizer divides the gradient by eps alone)", config.optimizer_eps)
     require(all(is_count(size) for size in config.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
             config.hidden_sizes)
     require(isinstance(config.activation, str) and config.activation in ACTIVATIONS, "activation", f"one of {sorted(ACTIVATIONS)}", config.activation)

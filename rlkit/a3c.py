@@ -84,7 +84,7 @@ class A3CConfig:
         validate_actor_critic(self)
         require(len(self.adam_betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.adam_betas), "adam_betas",
                 "two numbers in [0, 1)", self.adam_betas)
-        beta1, beta2 = self.adam_betas  # Adam's step is bounded only when beta1**2 < beta2 (eq-adam-step-bound)
+        beta1, beta2 = self.adam_betas  # Adam's step is bounded when beta1 = 0 or beta1**2 < beta2 (eq-adam-step-bound)
         require(beta1 == 0 or beta1**2 < beta2, "adam_betas", "(beta1, beta2) with beta1 = 0 or beta1**2 < beta2 "
                 "(otherwise Adam's step m / sqrt(v) has no bound: a zero gradient after a nonzero one moves the "
                 "weights by about lr * m / eps)", self.adam_betas)
@@ -98,11 +98,11 @@ class SharedAdam(torch.optim.Adam):
     """Adam whose state (step count, first and second moments) is created up front in shared memory,
     so that every worker process reads and updates the same statistics.
 
-    Its step is torch's Adam step (same numbers, tested) with one change for lock-free workers: each moment
-    is computed aside and written to shared memory in one copy, and the worker steps with the moments it
-    computed. torch's in-place ``exp_avg_sq.mul_(beta2).addcmul_(grad, grad)`` leaves the second moment
-    scaled by beta2 between its two operations; a worker reading it then (zero when beta2 = 0) divides by
-    eps, and the weights blow up."""
+    Its step is torch's Adam step (the same numbers, tested; only lr, betas and eps: no weight decay, AMSGrad
+    or maximize) with one change for lock-free workers: each moment is computed aside and written to shared
+    memory in one copy, and the worker steps with the moments it computed. torch's in-place
+    ``exp_avg_sq.mul_(beta2).addcmul_(grad, grad)`` leaves the second moment scaled by beta2 between its two
+    operations; a worker reading it then (zero when beta2 = 0) divides by eps, and the weights blow up."""
 
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float):
         super().__init__(params, lr=lr, betas=betas, eps=eps, foreach=False)
@@ -239,7 +239,7 @@ def worker_context():
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload(["rlkit.a3c", "torch._dynamo"])  # the optimizer's first step imports the latter
+    context.set_forkserver_preload(["rlkit.a3c", "torch._dynamo"])  # torch.optim imports the latter lazily: once here
     return context
 
 

@@ -272,13 +272,13 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
     return flat
 
 
-@torch.no_grad()
 def adam_move(parameter: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: int | float, lr: float,
               betas: tuple[float, float], eps: float) -> None:
     """Adam's move once the moments are updated: ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``, with the
-    bias corrections ``m_hat = m / (1 - b1^t)`` and ``v_hat = v / (1 - b2^t)``, in ``torch.optim.Adam``'s order."""
+    bias corrections ``m_hat = m / (1 - b1^t)`` and ``v_hat = v / (1 - b2^t)``, computed as ``torch.optim.Adam``
+    computes them (callers hold ``torch.no_grad``)."""
     beta1, beta2 = betas
-    denominator = (exp_avg_sq.sqrt() / math.sqrt(1.0 - beta2**steps)).add_(eps)
+    denominator = (exp_avg_sq.sqrt() / (1.0 - beta2**steps) ** 0.5).add_(eps)
     parameter.addcdiv_(exp_avg, denominator, value=-lr / (1.0 - beta1**steps))
 
 

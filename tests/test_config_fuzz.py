@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlkit import a2c, a3c, dqn, ppo, reinforce
+from rlkit.a2c import SMALLEST_OPTIMIZER_EPS
 from rlkit.training import TrainingDiverged, TrainResult
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=False,
@@ -43,7 +44,7 @@ def examples(count: int) -> int:
 SMALL_INTS = st.integers(-3, 16)  # accepted ones stay cheap to train with
 HUGE_INTS = st.sampled_from([2**31, 2**32, 2**63, 2**64, -(2**63)]) | st.integers(2**32, 2**80)
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)  # the smallest optimizer eps that is not 0 in float32
+FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)
 FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
     [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1e-45, 1e-40, 0.5, 1.0, 1.5, 16.0, -1.0, 3e38, 1e39, 1e308,
      -1e308])  # 5e-324 and 1e-40 are 0 in float32, 3e38 is near its largest number, 1e39 beyond it
@@ -138,7 +139,8 @@ def actor_critic_fields(draw) -> dict:
         env_id="CartPole-v1", seed=draw(SEEDS), learning_rate=draw(LEARNING_RATES),
         lr_schedule=draw(st.sampled_from(["constant", "linear"])), gamma=draw(UNIT), lam=draw(UNIT),
         ent_coef=draw(st.floats(0.0, 0.1) | st.just(-0.0)), vf_coef=draw(st.floats(0.0, 2.0)),
-        max_grad_norm=draw(st.none() | GRAD_NORMS), optimizer_eps=draw(st.floats(1e-8, 1e-3) | st.just(FLOAT32_TINY)),
+        max_grad_norm=draw(st.none() | GRAD_NORMS),
+        optimizer_eps=draw(st.floats(1e-8, 1e-3) | st.just(SMALLEST_OPTIMIZER_EPS)),
         hidden_sizes=draw(HIDDEN), activation=draw(st.sampled_from(["tanh", "relu"])), device="cpu", progress=False,
     )
 
@@ -160,7 +162,7 @@ def adam_betas(draw):
     beta2 = draw(st.floats(0.0, 0.999))
     if beta2 == 0:
         return 0.0, beta2
-    beta1 = draw(st.just(0.0) | st.floats(0.0, math.sqrt(beta2), exclude_max=True).filter(lambda b: b * b < beta2))
+    beta1 = draw(st.just(0.0) | st.floats(0.0, math.sqrt(beta2), exclude_max=True).filter(lambda b: b**2 < beta2))
     return beta1, beta2
 
 
@@ -386,12 +388,17 @@ FOUND = [
     # an activation that is a list or a dict: TypeError (unhashable) from the lookup in ACTIVATIONS
     (a3c.A3CConfig, dict(activation=["tanh"]), "activation"),
     (a3c.A3CConfig, dict(activation={}), "activation"),
-    # an optimizer eps that is 0 in float32: Adam divides 0 by 0, and A3C returned an agent of NaN weights
     # Adam with beta1**2 >= beta2: m / sqrt(v) unbounded; a zero gradient (a dead ReLU) after a nonzero one moved the
-    # weights by lr * m / eps (eps 1e-38, betas (0.5, 0), one worker: NaN weights)
+    # weights by lr * m / eps (eps 1.2e-38, betas (0.5, 0), one worker: NaN weights)
     (a3c.A3CConfig, dict(adam_betas=(0.5, 0.0)), "adam_betas"),
+    # an optimizer eps that is 0 in float32: Adam divides 0 by 0, and A3C returned an agent of NaN weights
     (a3c.A3CConfig, dict(optimizer_eps=5e-324), "optimizer_eps"),
     (a3c.A3CConfig, dict(optimizer_eps=1e-40), "optimizer_eps"),
+    # an eps below sqrt(float32's smallest normal): a gradient under 2.7e-23, whose square is 0 in float32, moved a
+    # weight by |g| / eps, up to 2e15 times the learning rate (found while reviewing the finding above)
+    (a3c.A3CConfig, dict(optimizer_eps=FLOAT32_TINY), "optimizer_eps"),
+    (a2c.A2CConfig, dict(optimizer_eps=1e-20), "optimizer_eps"),
+    (ppo.PPOConfig, dict(optimizer_eps=1e-30), "optimizer_eps"),
 ]
 
 
@@ -416,7 +423,8 @@ def test_a_cuda_device_this_machine_lacks_is_refused_naming_device():
     (a2c.A2CConfig, dict(max_grad_norm=2**63 - 1, vf_coef=-0.0)),
     (reinforce.ReinforceConfig, dict(max_grad_norm=None, hidden_sizes=[])),
     (a3c.A3CConfig, dict(activation="relu", normalize_advantages=True)),
-    (a3c.A3CConfig, dict(optimizer_eps=FLOAT32_TINY)),
+    (a3c.A3CConfig, dict(optimizer_eps=SMALLEST_OPTIMIZER_EPS)),
+    (a3c.A3CConfig, dict(adam_betas=(0.0, 0.0))),
 ])
 def test_the_stricter_checks_still_accept_the_boundaries(config_class, fields):
     config_class(**fields)
