@@ -8,6 +8,7 @@ import time
 import multiprocessing
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlkit.a3c import A3CConfig, SharedAdam, shared_run, train
 from rlkit.a2c import make_agent
@@ -53,6 +54,41 @@ def test_shared_adam_steps_exactly_as_torch_adam_and_keeps_its_shared_state(beta
     assert torch.equal(parameter.detach(), reference.detach())
     for name in ("exp_avg", "exp_avg_sq"):
         assert torch.equal(state[name], reference_optimizer.state[reference][name]), name
+
+
+class StateWrites(TorchDispatchMode):
+    """Records each operation that writes into one of the ``watched`` tensors, as (name, operation)."""
+
+    def __init__(self, watched: dict):
+        super().__init__()
+        self.watched, self.log = watched, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        given = list(args) + [kwargs.get(argument.name) for argument in func._schema.arguments[len(args):]]
+        for argument, value in zip(func._schema.arguments, given):
+            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, torch.Tensor):
+                self.log += [(name, func.__name__) for name, tensor in self.watched.items()
+                             if value.data_ptr() == tensor.data_ptr()]
+        return func(*args, **kwargs)
+
+
+def moment_writes(optimizer, parameter) -> list:
+    state = optimizer.state[parameter]
+    with StateWrites({"exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}) as writes:
+        optimizer.step()
+    return writes.log
+
+
+def test_shared_adam_writes_each_moment_once_where_torch_adam_writes_the_second_twice():
+    """The deterministic version of the test below: the operations that touch the shared moments during a step."""
+    parameter = torch.nn.Parameter(torch.ones(3))
+    parameter.grad = torch.tensor([1.0, -1.0, 0.5])
+    shared = SharedAdam([parameter], lr=0.1, betas=(0.0, 0.0), eps=1e-8)
+    assert moment_writes(shared, parameter) == [("exp_avg", "copy_.default"), ("exp_avg_sq", "copy_.default")]
+    reference = torch.optim.Adam([parameter], lr=0.1, betas=(0.0, 0.0), eps=1e-8, foreach=False)
+    reference.step()  # torch makes its state on the first step
+    assert [name for name, _ in moment_writes(reference, parameter)] == ["exp_avg", "exp_avg_sq", "exp_avg_sq"]
 
 
 def test_workers_never_read_a_half_updated_second_moment():
