@@ -11,6 +11,7 @@ of them in step; responses are kept apart from prompts (DESIGN.md's response-onl
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -120,11 +121,23 @@ def sequence_layout(prompts: PromptBatch, response_ids: torch.Tensor, response_m
 
 def response_logits(model: PreTrainedModel, prompts: PromptBatch, response_ids: torch.Tensor,
                     response_mask: torch.Tensor) -> torch.Tensor:
-    """The logits that predict each response token: those at the position one before it, ``[B, T_resp, V]``."""
+    """The logits that predict each response token: those at the position one before it, ``[B, T_resp, V]``.
+
+    Only the last ``T_resp + 1`` columns go through the output layer: over a real vocabulary the prompt
+    columns' logits would be most of the memory, and nothing reads them.
+    """
     input_ids, attention_mask, position_ids = sequence_layout(prompts, response_ids, response_mask)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    prompt_width = prompts.input_ids.shape[1]
-    return logits[:, prompt_width - 1:-1]  # the token at prompt_width + t is predicted at prompt_width + t - 1
+    kept = response_ids.shape[1] + 1  # the prompt's last column, then every response column
+    logits = last_logits(model, kept, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    return logits[:, :-1]  # the token at column P + t is predicted at column P + t - 1
+
+
+def last_logits(model: PreTrainedModel, kept: int, **inputs) -> torch.Tensor:
+    """The logits of the last ``kept`` columns, ``[B, kept, V]``, through ``logits_to_keep`` where the model's
+    forward takes it (every causal LM in ``transformers``; custom code may not)."""
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        return model(**inputs, logits_to_keep=kept).logits
+    return model(**inputs).logits[:, -kept:]
 
 
 def response_logprobs(model: PreTrainedModel, prompts: PromptBatch, response_ids: torch.Tensor,

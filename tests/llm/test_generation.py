@@ -7,7 +7,8 @@ import torch
 from transformers import GenerationConfig
 
 from rlkit.llm.generation import (Rollout, encode_prompts, generate, generate_without_model_defaults, left_pad,
-                                  response_logprobs, response_mask, sampling_config)
+                                  response_logits, response_logprobs, response_mask, sampling_config,
+                                  sequence_layout)
 from rlkit.llm.models import build_causal_lm, tiny_config
 from rlkit.llm.sft import IGNORE_INDEX
 
@@ -87,6 +88,45 @@ def test_padding_never_changes_a_valid_logprob(model, tokenizer):
         scrambled = response_logprobs(model, scrambled_prompts, scrambled_response, mask)
     torch.testing.assert_close(clean, scrambled, atol=1e-5, rtol=0)
     assert torch.all(clean[mask == 0] == 0)
+
+
+def test_only_the_response_columns_reach_the_output_layer(model, tokenizer):
+    """logits_to_keep: the model computes logits for T_resp + 1 columns, not for the prompt's."""
+    prompts = encode_prompts(tokenizer, PROMPTS)
+    response = torch.tensor([[7, 2, 0, 0], [7, 8, 2, 0], [5, 6, 7, 8], [2, 0, 0, 0]])
+    mask = response_mask(response, tokenizer.eos_token_id)
+    widths = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda _, __, out: widths.append(out.shape[1]))
+    try:
+        with torch.no_grad():
+            ours = response_logits(model, prompts, response, mask)
+    finally:
+        hook.remove()
+    assert widths == [response.shape[1] + 1] and prompts.input_ids.shape[1] > 1
+    input_ids, attention_mask, position_ids = sequence_layout(prompts, response, mask)
+    with torch.no_grad():
+        every_column = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    torch.testing.assert_close(ours, every_column[:, prompts.input_ids.shape[1] - 1:-1], atol=1e-5, rtol=0)
+
+
+class ForwardWithoutLogitsToKeep(torch.nn.Module):
+    """A model whose forward does not take ``logits_to_keep`` (as custom code may not)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+
+
+def test_a_model_without_logits_to_keep_gives_the_same_logprobs(model, tokenizer):
+    prompts = encode_prompts(tokenizer, PROMPTS)
+    response = torch.tensor([[7, 2, 0, 0], [7, 8, 2, 0], [5, 6, 7, 8], [2, 0, 0, 0]])
+    mask = response_mask(response, tokenizer.eos_token_id)
+    with torch.no_grad():
+        torch.testing.assert_close(response_logprobs(ForwardWithoutLogitsToKeep(model), prompts, response, mask),
+                                   response_logprobs(model, prompts, response, mask), atol=1e-6, rtol=0)
 
 
 def test_greedy_generation_with_kv_cache_equals_a_loop_without_cache(model, tokenizer):
