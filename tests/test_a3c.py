@@ -67,9 +67,12 @@ class StateWrites(TorchDispatchMode):
         kwargs = kwargs or {}
         given = list(args) + [kwargs.get(argument.name) for argument in func._schema.arguments[len(args):]]
         for argument, value in zip(func._schema.arguments, given):
-            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, torch.Tensor):
-                self.log += [(name, func.__name__) for name, tensor in self.watched.items()
-                             if value.data_ptr() == tensor.data_ptr()]
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            for written in value if isinstance(value, (list, tuple)) else [value]:  # foreach/fused ops take lists
+                if isinstance(written, torch.Tensor):  # the same storage: views at any offset count
+                    self.log += [(name, func.__name__) for name, tensor in self.watched.items()
+                                 if written.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()]
         return func(*args, **kwargs)
 
 

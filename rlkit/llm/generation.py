@@ -134,9 +134,10 @@ def response_logits(model: PreTrainedModel, prompts: PromptBatch, response_ids: 
 
 def last_logits(model: PreTrainedModel, kept: int, **inputs) -> torch.Tensor:
     """The logits of the last ``kept`` columns, ``[B, kept, V]``, through ``logits_to_keep`` where the model's
-    forward takes it (every causal LM in ``transformers``; custom code may not)."""
+    forward names it (Llama, Qwen2, GPT-2 and nearly every causal LM in ``transformers``). A forward that does
+    not (custom code, or a wrapper such as ``torch.compile``'s or DDP's) computes every column, then sliced."""
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        return model(**inputs, logits_to_keep=kept).logits
+        return model(**inputs, logits_to_keep=kept).logits[:, -kept:]  # the slice: in case it is ignored
     return model(**inputs).logits[:, -kept:]
 
 
