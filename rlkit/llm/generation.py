@@ -123,8 +123,8 @@ def response_logits(model: PreTrainedModel, prompts: PromptBatch, response_ids: 
                     response_mask: torch.Tensor) -> torch.Tensor:
     """The logits that predict each response token: those at the position one before it, ``[B, T_resp, V]``.
 
-    Only the last ``T_resp + 1`` columns go through the output layer: over a real vocabulary the prompt
-    columns' logits would be most of the memory, and nothing reads them.
+    Only the last ``T_resp + 1`` columns go through the output layer: nothing reads the prompt columns' logits,
+    a share P / (P + T_resp) of the whole, which at a real vocabulary is gigabytes.
     """
     input_ids, attention_mask, position_ids = sequence_layout(prompts, response_ids, response_mask)
     kept = response_ids.shape[1] + 1  # the prompt's last column, then every response column
