@@ -30,9 +30,23 @@ def run_sb3(steps: int, seed: int, evaluate: bool) -> tuple[float, float | None]
     from stable_baselines3 import A2C
     from stable_baselines3.common.env_util import make_vec_env
 
-    model = A2C("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed), n_steps=5, learning_rate=7e-4,
-                gamma=0.99, gae_lambda=1.0, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, rms_prop_eps=1e-5,
-                use_rms_prop=True, normalize_advantage=False, seed=seed, device="cpu", verbose=0)
+    model = A2C(
+        "MlpPolicy",
+        make_vec_env("CartPole-v1", n_envs=8, seed=seed),
+        n_steps=5,
+        learning_rate=7e-4,
+        gamma=0.99,
+        gae_lambda=1.0,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        rms_prop_eps=1e-5,
+        use_rms_prop=True,
+        normalize_advantage=False,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     rate = steps / (time.perf_counter() - start)
@@ -52,15 +66,23 @@ def run_rlkit(steps: int, seed: int, batched: bool, evaluate: bool) -> tuple[flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=50_000)
     args = parser.parse_args()
     torch.set_num_threads(1)
     evaluate = args.steps >= 500_000
-    runners = {"sb3": lambda seed: run_sb3(args.steps, seed, evaluate),
-               "rlkit (gymnasium SyncVectorEnv)": lambda seed: run_rlkit(args.steps, seed, False, evaluate),
-               "rlkit (preset: batched CartPole)": lambda seed: run_rlkit(args.steps, seed, True, evaluate)}
+    runners = {
+        "sb3": lambda seed: run_sb3(args.steps, seed, evaluate),
+        "rlkit (gymnasium SyncVectorEnv)": lambda seed: run_rlkit(
+            args.steps, seed, False, evaluate
+        ),
+        "rlkit (preset: batched CartPole)": lambda seed: run_rlkit(
+            args.steps, seed, True, evaluate
+        ),
+    }
     rates: dict[str, list[float]] = {name: [] for name in runners}
     for round_index in range(args.rounds):
         for name, runner in runners.items():
@@ -73,7 +95,9 @@ def main() -> None:
         print(f"median {name:<34} {median:8.0f} env steps/s   ({median / medians['sb3']:.2f}x SB3)")
     same_envs = medians["rlkit (gymnasium SyncVectorEnv)"] / medians["sb3"]
     print(f"result: a2c_speedup_vs_sb3_same_envs = {same_envs:.2f} (goal: >= 3)")
-    print(f"result: a2c_speedup_vs_sb3 = {medians['rlkit (preset: batched CartPole)'] / medians['sb3']:.2f} (goal: >= 3)")
+    print(
+        f"result: a2c_speedup_vs_sb3 = {medians['rlkit (preset: batched CartPole)'] / medians['sb3']:.2f} (goal: >= 3)"
+    )
 
 
 if __name__ == "__main__":

@@ -28,20 +28,34 @@ def steady_throughput(result) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40_000)
     args = parser.parse_args()
     rates: dict[int, list[float]] = {1: [], 2: []}
     for round_index in range(args.rounds):
         for workers in (1, 2):
-            result = train(A3CConfig(env_id="CartPole-v1", seed=round_index, total_steps=args.steps, num_workers=workers,
-                                     timeout=600))
+            result = train(
+                A3CConfig(
+                    env_id="CartPole-v1",
+                    seed=round_index,
+                    total_steps=args.steps,
+                    num_workers=workers,
+                    timeout=600,
+                )
+            )
             rates[workers].append(steady_throughput(result))
-            print(f"round {round_index}: {workers} worker(s) {rates[workers][-1]:8.0f} env steps/s", flush=True)
+            print(
+                f"round {round_index}: {workers} worker(s) {rates[workers][-1]:8.0f} env steps/s",
+                flush=True,
+            )
     ratios = [two / one for one, two in zip(rates[1], rates[2])]
-    print(f"median: 1 worker {statistics.median(rates[1]):.0f}, 2 workers {statistics.median(rates[2]):.0f} env steps/s; "
-          f"per-round ratios {np.round(ratios, 2).tolist()}")
+    print(
+        f"median: 1 worker {statistics.median(rates[1]):.0f}, 2 workers {statistics.median(rates[2]):.0f} env steps/s; "
+        f"per-round ratios {np.round(ratios, 2).tolist()}"
+    )
     print(f"result: a3c_scaling_2_workers = {statistics.median(ratios):.2f} (goal: >= 1.7)")
 
 

@@ -38,7 +38,9 @@ def time_call(fn, args, repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=7)
@@ -58,13 +60,17 @@ def main() -> None:
     adv_loop, ret_loop = loop()
     torch.testing.assert_close(adv_ours, adv_loop, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(ret_ours, ret_loop, rtol=1e-4, atol=1e-4)
-    print(f"B={args.batch} T={args.length} float32 threads={torch.get_num_threads()}: outputs agree (1e-4)")
+    print(
+        f"B={args.batch} T={args.length} float32 threads={torch.get_num_threads()}: outputs agree (1e-4)"
+    )
 
     loop_times, ours_times = [], []
     for round_index in range(args.rounds):
         loop_times.append(time_call(loop, (), args.repeats))
         ours_times.append(time_call(ours, (), args.repeats))
-        print(f"round {round_index}: loop {loop_times[-1] * 1e3:8.2f} ms   vectorised {ours_times[-1] * 1e3:8.2f} ms")
+        print(
+            f"round {round_index}: loop {loop_times[-1] * 1e3:8.2f} ms   vectorised {ours_times[-1] * 1e3:8.2f} ms"
+        )
     speedup = statistics.median(loop_times) / statistics.median(ours_times)
     print(f"result: gae_speedup = {speedup:.1f} (goal: >= 10)")
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, GPT2Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rlkit.llm.generation import generate_without_model_defaults, left_pad, sampling_config  # noqa: E402
@@ -46,9 +46,19 @@ SIZES = {  # name: (layers, width, heads, positions, vocabulary, batch, sequence
 def build_model(size: str, device: str) -> torch.nn.Module:
     layers, width, heads, positions, vocab, *_ = SIZES[size]
     tokenizer = build_char_tokenizer()  # only its special ids: pad 0, bos 1, eos 2
-    config = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, n_positions=positions, vocab_size=vocab,
-                        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = GPT2Config(
+        n_layer=layers,
+        n_embd=width,
+        n_head=heads,
+        n_positions=positions,
+        vocab_size=vocab,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(device)
 
@@ -58,7 +68,7 @@ def random_sft_batch(size: str, device: str) -> SFTBatch:
     *_, vocab, batch, length, _ = SIZES[size]
     input_ids = torch.randint(4, vocab, (batch, length), device=device)
     labels = input_ids.clone()
-    labels[:, :length // 2] = IGNORE_INDEX
+    labels[:, : length // 2] = IGNORE_INDEX
     return SFTBatch(input_ids, torch.ones_like(input_ids), labels)
 
 
@@ -72,7 +82,9 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def train_rate(model, size: str, device: str, steps: int, compile_model: bool) -> tuple[float, float, float]:
+def train_rate(
+    model, size: str, device: str, steps: int, compile_model: bool
+) -> tuple[float, float, float]:
     """(training tokens/s, first loss, last loss) over ``steps`` SFT steps after a few untimed ones."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device == "cuda")
     step_model = torch.compile(model) if compile_model else model
@@ -86,7 +98,9 @@ def train_rate(model, size: str, device: str, steps: int, compile_model: bool) -
         optimizer.step()
         return loss.detach()
 
-    batch = random_sft_batch(size, device)  # one batch, memorised: the loss must fall if the step is right
+    batch = random_sft_batch(
+        size, device
+    )  # one batch, memorised: the loss must fall if the step is right
     first = step().item()
     for _ in range(2):
         step()
@@ -105,10 +119,16 @@ def generation_rate(model, size: str, device: str, use_cache: bool) -> float:
     *_, vocab, batch, length, new = SIZES[size]
     tokenizer = build_char_tokenizer()
     generator = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(4, vocab, (length // 4 + i % 8,), generator=generator).tolist() for i in range(batch)]
+    prompts = [
+        torch.randint(4, vocab, (length // 4 + i % 8,), generator=generator).tolist()
+        for i in range(batch)
+    ]
     prompt_batch = left_pad(prompts, tokenizer.pad_token_id, device)
     config = sampling_config(tokenizer, new, temperature=1.0)
-    config.min_new_tokens, config.use_cache = new, use_cache  # every row generates exactly `new` tokens
+    config.min_new_tokens, config.use_cache = (
+        new,
+        use_cache,
+    )  # every row generates exactly `new` tokens
     synchronize(device)
     start = time.perf_counter()
     with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -119,11 +139,24 @@ def generation_rate(model, size: str, device: str, use_cache: bool) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=SIZES, default="gpt2-small" if torch.cuda.is_available() else "tiny")
-    parser.add_argument("--steps", type=int, default=None, help="timed training steps (default: 30 on CUDA, 5 on CPU)")
-    parser.add_argument("--rounds", type=int, default=1, help="repeat the measurement; medians are reported")
-    parser.add_argument("--peak-tflops", type=float, default=790.0, help="the accelerator's dense bf16 peak")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size", choices=SIZES, default="gpt2-small" if torch.cuda.is_available() else "tiny"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed training steps (default: 30 on CUDA, 5 on CPU)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat the measurement; medians are reported"
+    )
+    parser.add_argument(
+        "--peak-tflops", type=float, default=790.0, help="the accelerator's dense bf16 peak"
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile on CUDA")
     args = parser.parse_args()
     if args.steps is not None and args.steps < 1:
@@ -136,22 +169,36 @@ def main() -> None:
     torch.set_num_threads(1 if device == "cpu" else torch.get_num_threads())
     steps = args.steps or (30 if device == "cuda" else 5)
     model = build_model(args.size, device)
-    print(f"{args.size}: {count_parameters(model) / 1e6:.2f}M parameters on {device}"
-          f"{' (' + torch.cuda.get_device_name() + ')' if device == 'cuda' else ''}")
+    print(
+        f"{args.size}: {count_parameters(model) / 1e6:.2f}M parameters on {device}"
+        f"{' (' + torch.cuda.get_device_name() + ')' if device == 'cuda' else ''}"
+    )
     compile_model = device == "cuda" and not args.no_compile
-    rounds = [train_rate(model, args.size, device, steps, compile_model) for _ in range(args.rounds)]
+    rounds = [
+        train_rate(model, args.size, device, steps, compile_model) for _ in range(args.rounds)
+    ]
     tokens_per_second = statistics.median(rate for rate, _, _ in rounds)
     first_loss, last_loss = rounds[0][1], rounds[-1][2]
     print(f"training: {tokens_per_second:,.0f} tokens/s, loss {first_loss:.3f} -> {last_loss:.3f}")
-    generation_rate(model, args.size, device, True)  # untimed: first-call costs (kernels, cache allocation)
-    cached = statistics.median(generation_rate(model, args.size, device, True) for _ in range(args.rounds))
-    uncached = statistics.median(generation_rate(model, args.size, device, False) for _ in range(args.rounds))
-    print(f"generation: {cached:,.0f} tokens/s with the KV cache, {uncached:,.0f} without "
-          f"({cached / uncached:.2f}x)")
+    generation_rate(
+        model, args.size, device, True
+    )  # untimed: first-call costs (kernels, cache allocation)
+    cached = statistics.median(
+        generation_rate(model, args.size, device, True) for _ in range(args.rounds)
+    )
+    uncached = statistics.median(
+        generation_rate(model, args.size, device, False) for _ in range(args.rounds)
+    )
+    print(
+        f"generation: {cached:,.0f} tokens/s with the KV cache, {uncached:,.0f} without "
+        f"({cached / uncached:.2f}x)"
+    )
     if device == "cuda":
         mfu = tokens_per_second * flops_per_token(model, args.size) / (args.peak_tflops * 1e12)
-        print(f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most; MFU against 989 TFLOP/s "
-              f"(H200 SXM dense bf16): {tokens_per_second * flops_per_token(model, args.size) / 989e12:.3f}")
+        print(
+            f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most; MFU against 989 TFLOP/s "
+            f"(H200 SXM dense bf16): {tokens_per_second * flops_per_token(model, args.size) / 989e12:.3f}"
+        )
         print(f"result: sft_mfu = {mfu:.3f} (goal: >= 0.30, against {args.peak_tflops:g} TFLOP/s)")
     else:  # no peak to compare with on a CPU: check that the step learns and the cache pays
         print(f"result: cpu_smoke_loss_ratio = {last_loss / first_loss:.3f} (goal: < 1)")

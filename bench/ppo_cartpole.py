@@ -43,9 +43,21 @@ def run_sb3(seed: int, steps: int = STEPS) -> tuple[float, float | None]:
     def linear(initial: float):
         return lambda progress_remaining: progress_remaining * initial
 
-    model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed), n_steps=32, batch_size=256, n_epochs=20,
-                gamma=0.98, gae_lambda=0.8, learning_rate=linear(1e-3), clip_range=linear(0.2), ent_coef=0.0,
-                seed=seed, device="cpu", verbose=0)
+    model = PPO(
+        "MlpPolicy",
+        make_vec_env("CartPole-v1", n_envs=8, seed=seed),
+        n_steps=32,
+        batch_size=256,
+        n_epochs=20,
+        gamma=0.98,
+        gae_lambda=0.8,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        ent_coef=0.0,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     seconds = time.perf_counter() - start
@@ -60,7 +72,9 @@ ZOO_SETTINGS = dict(num_envs=8, num_steps=32, minibatch_size=256, num_epochs=20,
 
 def run_rlkit(seed: int, steps: int = STEPS, **overrides) -> tuple[float, float | None]:
     config = ppo.PPOConfig(env_id="CartPole-v1", seed=seed, total_steps=steps, **overrides)
-    assert ppo.PPOConfig(env_id="CartPole-v1").total_steps == STEPS  # the preset's budget is the benchmark's
+    assert (
+        ppo.PPOConfig(env_id="CartPole-v1").total_steps == STEPS
+    )  # the preset's budget is the benchmark's
     start = time.perf_counter()
     result = ppo.train(config)
     seconds = time.perf_counter() - start
@@ -68,29 +82,46 @@ def run_rlkit(seed: int, steps: int = STEPS, **overrides) -> tuple[float, float 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    runners = {"SB3 (zoo settings)": run_sb3, "rlkit (preset)": run_rlkit,
-               "rlkit (zoo settings)": lambda seed, steps=STEPS: run_rlkit(seed, steps, **ZOO_SETTINGS)}
+    runners = {
+        "SB3 (zoo settings)": run_sb3,
+        "rlkit (preset)": run_rlkit,
+        "rlkit (zoo settings)": lambda seed, steps=STEPS: run_rlkit(seed, steps, **ZOO_SETTINGS),
+    }
     for runner in runners.values():  # warm-up: imports, first calls, allocator
         runner(0, 4096)
     seconds = {name: [] for name in runners}
     solved = {name: 0 for name in runners}
     names = list(runners)
     for seed in range(args.rounds):
-        for name in names[seed % 3:] + names[:seed % 3]:
+        for name in names[seed % 3 :] + names[: seed % 3]:
             elapsed, score = runners[name](seed)
             seconds[name].append(elapsed)
             solved[name] += score >= 475
-            print(f"round {seed}: {name:<22} {elapsed:6.1f} s, greedy return {score:5.1f}", flush=True)
+            print(
+                f"round {seed}: {name:<22} {elapsed:6.1f} s, greedy return {score:5.1f}", flush=True
+            )
     for name in runners:
-        ratios = [ours / theirs for ours, theirs in zip(seconds[name], seconds["SB3 (zoo settings)"])]
-        print(f"{name:<22} median {statistics.median(seconds[name]):6.1f} s, {statistics.median(ratios):.3f} of SB3's time "
-              f"(per round: {', '.join(f'{r:.3f}' for r in ratios)}); greedy return >= 475 in {solved[name]}/{args.rounds}")
-    same = [ours / theirs for ours, theirs in zip(seconds["rlkit (zoo settings)"], seconds["SB3 (zoo settings)"])]
-    preset = [ours / theirs for ours, theirs in zip(seconds["rlkit (preset)"], seconds["SB3 (zoo settings)"])]
+        ratios = [
+            ours / theirs for ours, theirs in zip(seconds[name], seconds["SB3 (zoo settings)"])
+        ]
+        print(
+            f"{name:<22} median {statistics.median(seconds[name]):6.1f} s, {statistics.median(ratios):.3f} of SB3's time "
+            f"(per round: {', '.join(f'{r:.3f}' for r in ratios)}); greedy return >= 475 in {solved[name]}/{args.rounds}"
+        )
+    same = [
+        ours / theirs
+        for ours, theirs in zip(seconds["rlkit (zoo settings)"], seconds["SB3 (zoo settings)"])
+    ]
+    preset = [
+        ours / theirs
+        for ours, theirs in zip(seconds["rlkit (preset)"], seconds["SB3 (zoo settings)"])
+    ]
     print(f"result: ppo_time_vs_sb3_same_settings = {statistics.median(same):.3f} (goal: <= 0.2)")
     print(f"result: ppo_time_vs_sb3 = {statistics.median(preset):.3f} (goal: <= 0.2)")
 

@@ -29,9 +29,23 @@ from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
 from rlkit.nets import ACTIVATIONS, ActorCritic, ValueView, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env, require_registered
-from rlkit.training import (SCHEDULES, Trainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
-                            require, require_device, require_discrete_actions_and_flat_obs, require_sequence, scheduled,
-                            seed_everything)
+from rlkit.training import (
+    SCHEDULES,
+    Trainer,
+    TrainResult,
+    fit,
+    greedy_returns,
+    is_count,
+    is_finite_number,
+    is_number,
+    is_seed,
+    require,
+    require_device,
+    require_discrete_actions_and_flat_obs,
+    require_sequence,
+    scheduled,
+    seed_everything,
+)
 
 OPTIMIZERS = ("rmsprop", "adam")
 FLOAT32_TINY = torch.finfo(torch.float32).tiny
@@ -39,9 +53,23 @@ FLOAT32_TINY = torch.finfo(torch.float32).tiny
 # |g| / eps: at most 3e-4 times the learning rate with this eps, 2e15 times with eps = FLOAT32_TINY.
 SMALLEST_OPTIMIZER_EPS = math.sqrt(FLOAT32_TINY)
 DEFAULTS = dict(
-    total_steps=500_000, num_envs=8, num_steps=5, learning_rate=7e-4, lr_schedule="constant", gamma=0.99, lam=1.0,
-    ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, optimizer="rmsprop", rmsprop_alpha=0.99, optimizer_eps=1e-5,
-    normalize_advantages=False, hidden_sizes=(64, 64), activation="tanh", batched_env=False,
+    total_steps=500_000,
+    num_envs=8,
+    num_steps=5,
+    learning_rate=7e-4,
+    lr_schedule="constant",
+    gamma=0.99,
+    lam=1.0,
+    ent_coef=0.0,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+    optimizer="rmsprop",
+    rmsprop_alpha=0.99,
+    optimizer_eps=1e-5,
+    normalize_advantages=False,
+    hidden_sizes=(64, 64),
+    activation="tanh",
+    batched_env=False,
 )
 
 
@@ -65,16 +93,20 @@ class A2CConfig:
     rmsprop_alpha: float | None = None  # RMSprop's smoothing constant
     optimizer_eps: float | None = None
     normalize_advantages: bool | None = None  # whiten the advantages of each update
-    hidden_sizes: tuple[int, ...] | None = None  # of both the policy and the value network (no shared layers)
+    # of both the policy and the value network (no shared layers)
+    hidden_sizes: tuple[int, ...] | None = None
     activation: str | None = None
-    batched_env: bool | None = None  # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
+    # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
+    batched_env: bool | None = None
     device: str = "cpu"
     progress: bool = False
 
     def __post_init__(self) -> None:
         require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "a2c", DEFAULTS)
-        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
+        self.hidden_sizes = require_sequence(
+            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
+        )
         self._validate()
 
     @property
@@ -87,12 +119,23 @@ class A2CConfig:
 
     def _validate(self) -> None:
         require(is_count(self.num_envs), "num_envs", "an integer >= 1", self.num_envs)
-        require(isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env)
+        require(
+            isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env
+        )
         validate_actor_critic(self)
         require(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}", self.optimizer)
-        require(is_number(self.rmsprop_alpha) and 0 < self.rmsprop_alpha < 1, "rmsprop_alpha", "in (0, 1)", self.rmsprop_alpha)
-        require(not self.normalize_advantages or self.batch_size >= 2, "normalize_advantages",
-                "False when num_envs * num_steps < 2 (whitening needs two advantages)", self.normalize_advantages)
+        require(
+            is_number(self.rmsprop_alpha) and 0 < self.rmsprop_alpha < 1,
+            "rmsprop_alpha",
+            "in (0, 1)",
+            self.rmsprop_alpha,
+        )
+        require(
+            not self.normalize_advantages or self.batch_size >= 2,
+            "normalize_advantages",
+            "False when num_envs * num_steps < 2 (whitening needs two advantages)",
+            self.normalize_advantages,
+        )
 
 
 def validate_actor_critic(config) -> None:
@@ -101,36 +144,78 @@ def validate_actor_critic(config) -> None:
     for name in ("total_steps", "num_steps"):
         require(is_count(getattr(config, name)), name, "an integer >= 1", getattr(config, name))
     for name in ("learning_rate", "gamma", "lam", "ent_coef", "vf_coef", "optimizer_eps"):
-        require(is_finite_number(getattr(config, name)), name, "a finite number", getattr(config, name))
-    require(config.max_grad_norm is None or is_number(config.max_grad_norm), "max_grad_norm", "a number",
-            config.max_grad_norm)
+        require(
+            is_finite_number(getattr(config, name)), name, "a finite number", getattr(config, name)
+        )
+    require(
+        config.max_grad_norm is None or is_number(config.max_grad_norm),
+        "max_grad_norm",
+        "a number",
+        config.max_grad_norm,
+    )
     require_device(config.device)
-    require(0 < config.learning_rate <= 1, "learning_rate", "in (0, 1] (the optimizer moves each weight by about this much)",
-            config.learning_rate)
-    require(config.lr_schedule in SCHEDULES, "lr_schedule", f"one of {SCHEDULES}", config.lr_schedule)
+    require(
+        0 < config.learning_rate <= 1,
+        "learning_rate",
+        "in (0, 1] (the optimizer moves each weight by about this much)",
+        config.learning_rate,
+    )
+    require(
+        config.lr_schedule in SCHEDULES, "lr_schedule", f"one of {SCHEDULES}", config.lr_schedule
+    )
     require(0 <= config.gamma <= 1, "gamma", "in [0, 1]", config.gamma)
     require(0 <= config.lam <= 1, "lam", "in [0, 1]", config.lam)
     require(config.ent_coef >= 0, "ent_coef", ">= 0", config.ent_coef)
     require(config.vf_coef >= 0, "vf_coef", ">= 0", config.vf_coef)
-    require(config.max_grad_norm is None or config.max_grad_norm > 0, "max_grad_norm", "> 0 (math.inf: never clip)",
-            config.max_grad_norm)
-    require(config.optimizer_eps >= SMALLEST_OPTIMIZER_EPS, "optimizer_eps", f">= {SMALLEST_OPTIMIZER_EPS:.3g} (the "
-            "square root of float32's smallest normal number: where a gradient's square underflows to 0, the "
-            "optimizer divides the gradient by eps alone)", config.optimizer_eps)
-    require(all(is_count(size) for size in config.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
-            config.hidden_sizes)
-    require(isinstance(config.activation, str) and config.activation in ACTIVATIONS, "activation", f"one of {sorted(ACTIVATIONS)}", config.activation)
+    require(
+        config.max_grad_norm is None or config.max_grad_norm > 0,
+        "max_grad_norm",
+        "> 0 (math.inf: never clip)",
+        config.max_grad_norm,
+    )
+    require(
+        config.optimizer_eps >= SMALLEST_OPTIMIZER_EPS,
+        "optimizer_eps",
+        f">= {SMALLEST_OPTIMIZER_EPS:.3g} (the "
+        "square root of float32's smallest normal number: where a gradient's square underflows to 0, the "
+        "optimizer divides the gradient by eps alone)",
+        config.optimizer_eps,
+    )
+    require(
+        all(is_count(size) for size in config.hidden_sizes),
+        "hidden_sizes",
+        "positive layer sizes (integers)",
+        config.hidden_sizes,
+    )
+    require(
+        isinstance(config.activation, str) and config.activation in ACTIVATIONS,
+        "activation",
+        f"one of {sorted(ACTIVATIONS)}",
+        config.activation,
+    )
 
 
 def make_optimizer(parameters, config) -> torch.optim.Optimizer:
     """RMSprop (PyTorch's, eps outside the square root, as SB3's default) or Adam, from the config."""
     if config.optimizer == "rmsprop":
-        return torch.optim.RMSprop(parameters, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.optimizer_eps)
+        return torch.optim.RMSprop(
+            parameters,
+            lr=config.learning_rate,
+            alpha=config.rmsprop_alpha,
+            eps=config.optimizer_eps,
+        )
     return torch.optim.Adam(parameters, lr=config.learning_rate, eps=config.optimizer_eps)
 
 
-def a2c_loss(logprobs: torch.Tensor, entropies: torch.Tensor, values: torch.Tensor, advantages: torch.Tensor,
-             returns: torch.Tensor, ent_coef: float, vf_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+def a2c_loss(
+    logprobs: torch.Tensor,
+    entropies: torch.Tensor,
+    values: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    ent_coef: float,
+    vf_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """eq-a2c-loss: policy-gradient term (advantages held constant), value regression, entropy bonus.
 
     Returns the loss and its three parts (as floats, for logging).
@@ -141,28 +226,57 @@ def a2c_loss(logprobs: torch.Tensor, entropies: torch.Tensor, values: torch.Tens
     loss = policy_loss + vf_coef * value_loss
     if ent_coef:  # with ent_coef = 0 the backward pass skips the entropy's graph
         loss = loss - ent_coef * entropy_bonus
-    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy_bonus.item()}
+    return loss, {
+        "policy_loss": policy_loss.item(),
+        "value_loss": value_loss.item(),
+        "entropy": entropy_bonus.item(),
+    }
 
 
-def advantages_and_returns(rollout: Rollout, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+def advantages_and_returns(
+    rollout: Rollout, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE over the rollout, bootstrapping from ``V(s_n)`` after the last step (eq-gae; eq-n-step-advantage when lam = 1)."""
-    return gae(rollout.rewards, rollout.values, gamma, lam, dones=rollout.dones, last_value=rollout.last_value)
+    return gae(
+        rollout.rewards,
+        rollout.values,
+        gamma,
+        lam,
+        dones=rollout.dones,
+        last_value=rollout.last_value,
+    )
 
 
-def rollout_loss(agent: ActorCritic, rollout: Rollout, config) -> tuple[torch.Tensor, dict[str, float]]:
+def rollout_loss(
+    agent: ActorCritic, rollout: Rollout, config
+) -> tuple[torch.Tensor, dict[str, float]]:
     """eq-a2c-loss on one rollout, with advantages from GAE; the loss and the logged metrics (A2C and A3C)."""
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     if config.normalize_advantages:
         advantages = masked_whiten(advantages)
-    logprobs, entropies, values = agent.evaluate(rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1))
-    loss, metrics = a2c_loss(logprobs, entropies, values, advantages.flatten(), returns.flatten(),
-                             config.ent_coef, config.vf_coef)
+    logprobs, entropies, values = agent.evaluate(
+        rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
+    )
+    loss, metrics = a2c_loss(
+        logprobs,
+        entropies,
+        values,
+        advantages.flatten(),
+        returns.flatten(),
+        config.ent_coef,
+        config.vf_coef,
+    )
     metrics["explained_variance"] = explained_variance(rollout.values, returns).item()
     return loss, metrics
 
 
-def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: torch.optim.Optimizer, rollout: Rollout,
-           config: A2CConfig) -> dict[str, float]:
+def update(
+    agent: ActorCritic,
+    flat: torch.nn.Parameter,
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    config: A2CConfig,
+) -> dict[str, float]:
     """One A2C gradient step on one rollout; the logged metrics. ``flat`` holds the agent's parameters
     (``flatten_parameters``), and ``optimizer`` steps it."""
     loss, metrics = rollout_loss(agent, rollout, config)
@@ -184,10 +298,18 @@ def clip_gradients(flat: torch.nn.Parameter, max_norm: float | None) -> float:
 
 def make_agent(config, envs) -> ActorCritic:
     """The categorical actor-critic for ``envs`` (a ValueError naming env_id for anything but Discrete actions)."""
-    require_discrete_actions_and_flat_obs(config.env_id, envs.single_action_space, envs.single_observation_space,
-                                          "this actor-critic uses a categorical policy")
-    return ActorCritic.for_spaces(envs.single_observation_space, envs.single_action_space, config.hidden_sizes,
-                                  config.activation).to(config.device)
+    require_discrete_actions_and_flat_obs(
+        config.env_id,
+        envs.single_action_space,
+        envs.single_observation_space,
+        "this actor-critic uses a categorical policy",
+    )
+    return ActorCritic.for_spaces(
+        envs.single_observation_space,
+        envs.single_action_space,
+        config.hidden_sizes,
+        config.activation,
+    ).to(config.device)
 
 
 class ActorCriticTrainer(Trainer):
@@ -202,7 +324,9 @@ class ActorCriticTrainer(Trainer):
             self.agent = build_agent(config, self.envs)
             self.flat = flatten_parameters(self.agent)
             self.optimizer = build_optimizer(self.flat, config)
-            self.collector = RolloutCollector(self.envs, self.agent, config.num_steps, config.gamma, config.seed)
+            self.collector = RolloutCollector(
+                self.envs, self.agent, config.num_steps, config.gamma, config.seed
+            )
         except BaseException:
             self.envs.close()
             raise
@@ -212,8 +336,11 @@ class ActorCriticTrainer(Trainer):
         return self.config.num_updates
 
     def _state(self) -> dict:
-        return {"agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "collector": self.collector.state_dict()}
+        return {
+            "agent": self.agent.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "collector": self.collector.state_dict(),
+        }
 
     def _load_state(self, state: dict) -> None:
         self.agent.load_state_dict(state["agent"])
@@ -237,12 +364,17 @@ class A2CTrainer(ActorCriticTrainer):
 
     def _update(self) -> dict[str, float]:
         config = self.config
-        learning_rate = scheduled(config.learning_rate, config.lr_schedule, self.updates_done / config.num_updates)
+        learning_rate = scheduled(
+            config.learning_rate, config.lr_schedule, self.updates_done / config.num_updates
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         rollout = self.collector.collect()
-        row = {"step": self.collector.env_steps, "learning_rate": learning_rate,
-               **update(self.agent, self.flat, self.optimizer, rollout, config)}
+        row = {
+            "step": self.collector.env_steps,
+            "learning_rate": learning_rate,
+            **update(self.agent, self.flat, self.optimizer, rollout, config),
+        }
         if rollout.episode_returns:
             row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
         return row
@@ -256,4 +388,8 @@ def train(config: A2CConfig) -> TrainResult:
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
     agent, device = result.agent.eval(), result.config.device
-    return float(greedy_returns(result.config.env_id, lambda obs: agent.greedy(obs.to(device)), episodes, seed).mean())
+    return float(
+        greedy_returns(
+            result.config.env_id, lambda obs: agent.greedy(obs.to(device)), episodes, seed
+        ).mean()
+    )

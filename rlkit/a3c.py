@@ -36,13 +36,33 @@ from rlkit.a2c import clip_gradients, make_agent, rollout_loss, validate_actor_c
 from rlkit.nets import ActorCritic, ValueView, adam_move, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
-from rlkit.training import (TrainResult, greedy_returns, is_count, is_number, require, require_finite_weights,
-                            require_sequence, scheduled)
+from rlkit.training import (
+    TrainResult,
+    greedy_returns,
+    is_count,
+    is_number,
+    require,
+    require_finite_weights,
+    require_sequence,
+    scheduled,
+)
 
 DEFAULTS = dict(
-    total_steps=500_000, num_workers=2, num_steps=20, learning_rate=1e-3, lr_schedule="constant", gamma=0.99, lam=1.0,
-    ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, adam_betas=(0.9, 0.999), optimizer_eps=1e-5,
-    normalize_advantages=False, hidden_sizes=(64, 64), activation="tanh",
+    total_steps=500_000,
+    num_workers=2,
+    num_steps=20,
+    learning_rate=1e-3,
+    lr_schedule="constant",
+    gamma=0.99,
+    lam=1.0,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+    adam_betas=(0.9, 0.999),
+    optimizer_eps=1e-5,
+    normalize_advantages=False,
+    hidden_sizes=(64, 64),
+    activation="tanh",
 )
 MAX_LOGGED_EPISODES = 100_000  # per worker
 
@@ -55,14 +75,16 @@ class A3CConfig:
     seed: int = 0
     total_steps: int | None = None  # environment steps, all workers together
     num_workers: int | None = None  # processes, each with one environment and one thread
-    num_steps: int | None = None  # steps a worker plays between two updates (the n of the n-step return)
+    # steps a worker plays between two updates (the n of the n-step return)
+    num_steps: int | None = None
     learning_rate: float | None = None
     lr_schedule: str | None = None  # "constant", or "linear" decay to 0 with the shared step count
     gamma: float | None = None
     lam: float | None = None  # GAE's lambda; 1.0 gives the n-step return
     ent_coef: float | None = None
     vf_coef: float | None = None
-    max_grad_norm: float | None = None  # clip each worker's gradient norm before it is applied (math.inf: never)
+    # clip each worker's gradient norm before it is applied (math.inf: never)
+    max_grad_norm: float | None = None
     adam_betas: tuple[float, float] | None = None
     optimizer_eps: float | None = None
     normalize_advantages: bool | None = None
@@ -75,23 +97,53 @@ class A3CConfig:
     def __post_init__(self) -> None:
         require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "a3c", DEFAULTS)
-        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
+        self.hidden_sizes = require_sequence(
+            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
+        )
         self.adam_betas = require_sequence(self.adam_betas, "adam_betas", "two numbers in [0, 1)")
         require(is_count(self.num_workers), "num_workers", "an integer >= 1", self.num_workers)
-        require(self.device == "cpu", "device", '"cpu" (A3C shares its model through CPU shared memory)', self.device)
-        require(isinstance(self.normalize_advantages, bool), "normalize_advantages", "True or False",
-                self.normalize_advantages)
+        require(
+            self.device == "cpu",
+            "device",
+            '"cpu" (A3C shares its model through CPU shared memory)',
+            self.device,
+        )
+        require(
+            isinstance(self.normalize_advantages, bool),
+            "normalize_advantages",
+            "True or False",
+            self.normalize_advantages,
+        )
         validate_actor_critic(self)
-        require(len(self.adam_betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.adam_betas), "adam_betas",
-                "two numbers in [0, 1)", self.adam_betas)
-        beta1, beta2 = self.adam_betas  # Adam's step is bounded when beta1 = 0 or beta1**2 < beta2 (eq-adam-step-bound)
-        require(beta1 == 0 or beta1**2 < beta2, "adam_betas", "(beta1, beta2) with beta1 = 0 or beta1**2 < beta2 "
-                "(otherwise Adam's step m / sqrt(v) has no bound: a zero gradient after a nonzero one moves the "
-                "weights by about lr * m / eps)", self.adam_betas)
-        require(not self.normalize_advantages or self.num_steps >= 2, "normalize_advantages",
-                "False when num_steps < 2 (whitening needs two advantages)", self.normalize_advantages)
-        require(self.timeout is None or (is_number(self.timeout) and self.timeout > 0), "timeout", "> 0 or None",
-                self.timeout)
+        require(
+            len(self.adam_betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.adam_betas),
+            "adam_betas",
+            "two numbers in [0, 1)",
+            self.adam_betas,
+        )
+        beta1, beta2 = (
+            self.adam_betas
+        )  # Adam's step is bounded when beta1 = 0 or beta1**2 < beta2 (eq-adam-step-bound)
+        require(
+            beta1 == 0 or beta1**2 < beta2,
+            "adam_betas",
+            "(beta1, beta2) with beta1 = 0 or beta1**2 < beta2 "
+            "(otherwise Adam's step m / sqrt(v) has no bound: a zero gradient after a nonzero one moves the "
+            "weights by about lr * m / eps)",
+            self.adam_betas,
+        )
+        require(
+            not self.normalize_advantages or self.num_steps >= 2,
+            "normalize_advantages",
+            "False when num_steps < 2 (whitening needs two advantages)",
+            self.normalize_advantages,
+        )
+        require(
+            self.timeout is None or (is_number(self.timeout) and self.timeout > 0),
+            "timeout",
+            "> 0 or None",
+            self.timeout,
+        )
 
 
 class SharedAdam(torch.optim.Adam):
@@ -128,10 +180,19 @@ class SharedAdam(torch.optim.Adam):
                 state["step"] += 1
                 exp_avg = torch.lerp(state["exp_avg"], grad, 1 - beta1)
                 exp_avg_sq = torch.addcmul(state["exp_avg_sq"] * beta2, grad, grad, value=1 - beta2)
-                state["exp_avg"].copy_(exp_avg)  # one write each: no half-updated moment for another worker to read
+                state["exp_avg"].copy_(
+                    exp_avg
+                )  # one write each: no half-updated moment for another worker to read
                 state["exp_avg_sq"].copy_(exp_avg_sq)
-                adam_move(parameter, exp_avg, exp_avg_sq, float(state["step"]), group["lr"], group["betas"],
-                          group["eps"])
+                adam_move(
+                    parameter,
+                    exp_avg,
+                    exp_avg_sq,
+                    float(state["step"]),
+                    group["lr"],
+                    group["betas"],
+                    group["eps"],
+                )
         return loss
 
 
@@ -142,7 +203,9 @@ class SharedRun:
     flat: torch.nn.Parameter  # the shared model's parameters
     optimizer: SharedAdam
     worker_steps: torch.Tensor  # [num_workers], environment steps played by each worker
-    episodes: torch.Tensor  # [num_workers, MAX_LOGGED_EPISODES, 3]: (total steps, return, time.time()) at its end
+    episodes: (
+        torch.Tensor
+    )  # [num_workers, MAX_LOGGED_EPISODES, 3]: (total steps, return, time.time()) at its end
     episode_counts: torch.Tensor  # [num_workers]
 
 
@@ -152,9 +215,13 @@ def shared_run(config: A3CConfig, agent: ActorCritic) -> SharedRun:
     flat.data.share_memory_()
     optimizer = SharedAdam([flat], config.learning_rate, config.adam_betas, config.optimizer_eps)
     workers = config.num_workers
-    return SharedRun(flat, optimizer, torch.zeros(workers, dtype=torch.int64).share_memory_(),
-                     torch.zeros(workers, MAX_LOGGED_EPISODES, 3, dtype=torch.float64).share_memory_(),
-                     torch.zeros(workers, dtype=torch.int64).share_memory_())
+    return SharedRun(
+        flat,
+        optimizer,
+        torch.zeros(workers, dtype=torch.int64).share_memory_(),
+        torch.zeros(workers, MAX_LOGGED_EPISODES, 3, dtype=torch.float64).share_memory_(),
+        torch.zeros(workers, dtype=torch.int64).share_memory_(),
+    )
 
 
 def run_worker(rank: int, config: A3CConfig, run: SharedRun, errors) -> None:
@@ -169,17 +236,23 @@ def run_worker(rank: int, config: A3CConfig, run: SharedRun, errors) -> None:
 def worker_loop(rank: int, config: A3CConfig, run: SharedRun) -> None:
     """One worker: play, compute the loss on a local copy, apply its gradient to the shared model, copy back."""
     torch.set_num_threads(1)
-    seed = (config.seed * 1_000 + rank) % 2**32  # a valid Gymnasium seed for every valid config.seed
+    seed = (
+        config.seed * 1_000 + rank
+    ) % 2**32  # a valid Gymnasium seed for every valid config.seed
     torch.manual_seed(seed)
     envs = make_vector_env(config.env_id, 1)
     local = make_agent(config, envs)
     local_flat = flatten_parameters(local)
     local_flat.data.copy_(run.flat.data)
-    run.flat.grad = local_flat.grad  # this process's view of the shared model takes this worker's gradient
+    run.flat.grad = (
+        local_flat.grad
+    )  # this process's view of the shared model takes this worker's gradient
     collector = RolloutCollector(envs, local, config.num_steps, config.gamma, seed)
     while int(run.worker_steps.sum()) < config.total_steps:
         progress = float(run.worker_steps.sum()) / config.total_steps
-        run.optimizer.param_groups[0]["lr"] = scheduled(config.learning_rate, config.lr_schedule, progress)
+        run.optimizer.param_groups[0]["lr"] = scheduled(
+            config.learning_rate, config.lr_schedule, progress
+        )
         rollout = collector.collect()
         loss, _ = rollout_loss(local, rollout, config)
         local_flat.grad.zero_()
@@ -196,8 +269,9 @@ def _log_episodes(run: SharedRun, rank: int, returns: list[float]) -> None:
     for episode_return in returns:
         count = int(run.episode_counts[rank])
         if count < MAX_LOGGED_EPISODES:
-            run.episodes[rank, count] = torch.tensor([float(run.worker_steps.sum()), episode_return, time.time()],
-                                                     dtype=torch.float64)
+            run.episodes[rank, count] = torch.tensor(
+                [float(run.worker_steps.sum()), episode_return, time.time()], dtype=torch.float64
+            )
             run.episode_counts[rank] = count + 1
 
 
@@ -213,8 +287,15 @@ def train(config: A3CConfig) -> TrainResult:
     started = time.time()
     context = worker_context()
     errors = context.SimpleQueue()
-    workers = [context.Process(target=run_worker, args=(rank, config, run, errors), name=f"a3c-worker-{rank}",
-                               daemon=True) for rank in range(config.num_workers)]
+    workers = [
+        context.Process(
+            target=run_worker,
+            args=(rank, config, run, errors),
+            name=f"a3c-worker-{rank}",
+            daemon=True,
+        )
+        for rank in range(config.num_workers)
+    ]
     try:
         for worker in workers:
             worker.start()
@@ -239,25 +320,33 @@ def worker_context():
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload(["rlkit.a3c", "torch._dynamo"])  # torch.optim imports the latter lazily: once here
+    context.set_forkserver_preload(
+        ["rlkit.a3c", "torch._dynamo"]
+    )  # torch.optim imports the latter lazily: once here
     return context
 
 
 def _supervise(workers: list, run: SharedRun, config: A3CConfig, errors) -> None:
     """Wait for the workers to finish; raise as soon as one of them fails (or the timeout passes)."""
     started = time.monotonic()
-    with tqdm(total=config.total_steps, disable=not config.progress, desc=f"A3C {config.env_id}") as bar:
+    with tqdm(
+        total=config.total_steps, disable=not config.progress, desc=f"A3C {config.env_id}"
+    ) as bar:
         while any(worker.exitcode is None for worker in workers):
             wait([worker.sentinel for worker in workers if worker.exitcode is None], timeout=0.2)
             for rank, worker in enumerate(workers):
                 if worker.exitcode not in (None, 0):
-                    raise RuntimeError(f"A3C worker {rank} ({worker.name}, pid {worker.pid}) {_describe(worker.exitcode)}; "
-                                       f"the other workers were stopped{_traceback_of(rank, errors)}")
+                    raise RuntimeError(
+                        f"A3C worker {rank} ({worker.name}, pid {worker.pid}) {_describe(worker.exitcode)}; "
+                        f"the other workers were stopped{_traceback_of(rank, errors)}"
+                    )
             bar.n = min(int(run.worker_steps.sum()), config.total_steps)
             bar.refresh()
             if config.timeout is not None and time.monotonic() - started > config.timeout:
-                raise RuntimeError(f"A3C did not finish within timeout={config.timeout} s "
-                                   f"({int(run.worker_steps.sum())} of {config.total_steps} steps played)")
+                raise RuntimeError(
+                    f"A3C did not finish within timeout={config.timeout} s "
+                    f"({int(run.worker_steps.sum())} of {config.total_steps} steps played)"
+                )
 
 
 def _describe(exitcode: int) -> str:
@@ -277,9 +366,15 @@ def _traceback_of(rank: int, errors) -> str:
 
 def _history(run: SharedRun, started: float) -> list[dict[str, float]]:
     """One row per logged episode, by total step count: step, return, and seconds since ``train`` began."""
-    rows = [row for rank in range(run.episodes.shape[0]) for row in run.episodes[rank, : int(run.episode_counts[rank])].tolist()]
-    return [{"step": step, "episode_return": episode_return, "time": moment - started}
-            for step, episode_return, moment in sorted(rows)]
+    rows = [
+        row
+        for rank in range(run.episodes.shape[0])
+        for row in run.episodes[rank, : int(run.episode_counts[rank])].tolist()
+    ]
+    return [
+        {"step": step, "episode_return": episode_return, "time": moment - started}
+        for step, episode_return, moment in sorted(rows)
+    ]
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:

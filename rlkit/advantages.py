@@ -27,12 +27,16 @@ def _check_unit_interval(name: str, value: float) -> None:
 
 def _check_like(name: str, tensor: torch.Tensor | None, shape: torch.Size) -> None:
     if tensor is not None and tuple(tensor.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)} (like rewards), got {tuple(tensor.shape)}")
+        raise ValueError(
+            f"{name} must have shape {tuple(shape)} (like rewards), got {tuple(tensor.shape)}"
+        )
 
 
 def _check_batch_time(rewards: torch.Tensor) -> None:
     if not isinstance(rewards, torch.Tensor) or rewards.ndim != 2:
-        shape = tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
+        shape = (
+            tuple(rewards.shape) if isinstance(rewards, torch.Tensor) else type(rewards).__name__
+        )
         raise ValueError(f"rewards must be a [B, T] tensor (batch first), got {shape}")
     if not rewards.is_floating_point():
         raise ValueError(f"rewards must be a floating-point tensor, got {rewards.dtype}")
@@ -40,7 +44,9 @@ def _check_batch_time(rewards: torch.Tensor) -> None:
 
 def _check_last_value(last_value: torch.Tensor | None, batch: int) -> None:
     if last_value is not None and tuple(last_value.shape) != (batch,):
-        raise ValueError(f"last_value must have shape ({batch},) (one value per row), got {tuple(last_value.shape)}")
+        raise ValueError(
+            f"last_value must have shape ({batch},) (one value per row), got {tuple(last_value.shape)}"
+        )
 
 
 def reverse_linear_scan(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -117,7 +123,11 @@ def gae(
     _check_last_value(last_value, rewards.shape[0])
     with torch.no_grad():
         rewards, values = rewards.detach(), values.detach().to(rewards.dtype)
-        bootstrap = torch.zeros_like(values[:, :1]) if last_value is None else last_value.detach().to(rewards.dtype)[:, None]
+        bootstrap = (
+            torch.zeros_like(values[:, :1])
+            if last_value is None
+            else last_value.detach().to(rewards.dtype)[:, None]
+        )
         next_values = torch.cat([values[:, 1:], bootstrap], dim=1)
         ends = torch.zeros_like(rewards) if dones is None else dones.to(rewards.dtype)
         if mask is not None:  # the last valid token before padding ends its episode

@@ -33,7 +33,9 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Non
     """Call ``write(file)`` on a fresh file next to ``path``, flush it to disk, and rename it over ``path``:
     on any failure the file already at ``path`` is left as it was, and no partial file remains."""
     path = Path(path)
-    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    descriptor, partial = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".partial"
+    )
     try:
         with os.fdopen(descriptor, "wb") as file:
             write(file)
@@ -43,8 +45,10 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Non
     except BaseException as error:
         Path(partial).unlink(missing_ok=True)
         if isinstance(error, Exception):
-            raise CheckpointError(f"could not write {path} ({type(error).__name__}: {error}); "
-                                  "the previous version of the file is intact") from error
+            raise CheckpointError(
+                f"could not write {path} ({type(error).__name__}: {error}); "
+                "the previous version of the file is intact"
+            ) from error
         raise
 
 
@@ -61,19 +65,28 @@ def load_checkpoint(path: str | Path) -> dict:
     except FileNotFoundError:
         raise
     except Exception as error:
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})"
+        ) from None
 
 
 # Random number generators ---------------------------------------------------------------------------
 
+
 def global_rng_state() -> dict:
     """The states of Python's, NumPy's and torch's global generators (CUDA's too where used)."""
     numpy_state = np.random.get_state()
-    state = {"python": random.getstate(),
-             "numpy": {"keys": torch.from_numpy(numpy_state[1].astype(np.int64)), "position": int(numpy_state[2]),
-                       "has_gauss": int(numpy_state[3]), "cached_gaussian": float(numpy_state[4])},
-             "torch": torch.get_rng_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": {
+            "keys": torch.from_numpy(numpy_state[1].astype(np.int64)),
+            "position": int(numpy_state[2]),
+            "has_gauss": int(numpy_state[3]),
+            "cached_gaussian": float(numpy_state[4]),
+        },
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -82,8 +95,15 @@ def global_rng_state() -> dict:
 def set_global_rng_state(state: dict) -> None:
     random.setstate(_tuples(state["python"]))
     numpy_state = state["numpy"]
-    np.random.set_state(("MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["position"],
-                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    np.random.set_state(
+        (
+            "MT19937",
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["position"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
@@ -116,14 +136,22 @@ def load_env_state(env: gym.Env | gym.vector.VectorEnv, state: list[dict]) -> No
     names = [type(layer).__name__ for layer in layers]
     saved = [entry["__class__"] for entry in state]
     if names != saved:
-        raise CheckpointError(f"the environment does not match the checkpoint's: layers {names} here, {saved} saved")
+        raise CheckpointError(
+            f"the environment does not match the checkpoint's: layers {names} here, {saved} saved"
+        )
     for layer, entry in zip(layers, state):
         _load_object_state(layer, entry)
 
 
 def _layers(env) -> list:
     """The vector env (if any), then each copy's chain of wrappers down to the unwrapped env."""
-    copies = env.envs if isinstance(getattr(env, "envs", None), list) else [env] if not isinstance(env, gym.vector.VectorEnv) else []
+    copies = (
+        env.envs
+        if isinstance(getattr(env, "envs", None), list)
+        else [env]
+        if not isinstance(env, gym.vector.VectorEnv)
+        else []
+    )
     layers = [env] if isinstance(env, gym.vector.VectorEnv) else []
     for copy in copies:
         layer = copy
@@ -142,14 +170,19 @@ class _Unsupported(Exception):
 def _encode(value):
     """A value as plain checkpoint data: NumPy arrays and scalars as tensors (their dtype kept), tuples and
     lists element by element, NumPy generators as their state. Anything else is ``_Unsupported``."""
-    if isinstance(value, np.generic):  # before PLAIN: np.float64 is a float, but pickles as a NumPy object
+    if isinstance(
+        value, np.generic
+    ):  # before PLAIN: np.float64 is a float, but pickles as a NumPy object
         return {"__numpy_scalar__": torch.from_numpy(np.array(value))}
     if isinstance(value, PLAIN):
         return value
     if isinstance(value, np.ndarray) and value.dtype != object:
         return torch.from_numpy(value.copy())
     if isinstance(value, (tuple, list)):
-        return {"__sequence__": [_encode(item) for item in value], "tuple": isinstance(value, tuple)}
+        return {
+            "__sequence__": [_encode(item) for item in value],
+            "tuple": isinstance(value, tuple),
+        }
     if isinstance(value, np.random.Generator):
         return {"__generator__": value.bit_generator.state}
     raise _Unsupported
@@ -177,7 +210,9 @@ def _object_state(layer) -> dict:
             continue
         try:
             state[name] = _encode(value)
-        except _Unsupported:  # wrapped envs (saved as layers of their own), specs, render surfaces, dicts
+        except (
+            _Unsupported
+        ):  # wrapped envs (saved as layers of their own), specs, render surfaces, dicts
             pass
     return state
 

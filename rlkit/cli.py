@@ -52,13 +52,18 @@ IMPLIED = ("env_id", "seed", "total_steps", "progress")  # set by their own opti
 
 
 def field_meanings(config_class: type) -> dict[str, str]:
-    """Each field's meaning: the comment on its line in the dataclass, else ``COMMON_MEANINGS``."""
-    comments = {}
+    """Each field's meaning: the comment on its line or on the line above it, else ``COMMON_MEANINGS``."""
+    comments, above = {}, ""
     for line in inspect.getsource(config_class).splitlines():
-        match = re.match(r"\s+(\w+): [^#]*#\s*(.+)$", line)
-        if match:
-            comments[match.group(1)] = match.group(2).strip()
-    return {f.name: comments.get(f.name) or COMMON_MEANINGS.get(f.name, "") for f in dataclasses.fields(config_class)}
+        field = re.match(r"\s+(\w+): [^#]*?(?:#\s*(.+))?$", line)
+        if field:
+            comments[field.group(1)] = (field.group(2) or above).strip()
+        comment_line = re.match(r"\s+#\s*(.+)$", line)
+        above = comment_line.group(1) if comment_line else ""
+    return {
+        f.name: comments.get(f.name) or COMMON_MEANINGS.get(f.name, "")
+        for f in dataclasses.fields(config_class)
+    }
 
 
 def hyperparameter_help(name: str) -> str:
@@ -66,13 +71,20 @@ def hyperparameter_help(name: str) -> str:
     spec = algorithm_named(name)
     defaults = getattr(spec.module, "DEFAULTS", {})
     presets = PRESETS.get(name, {})
-    lines = [f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes from the "
-             f"env's preset where there is one, else from the default):"]
+    lines = [
+        f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes from the "
+        f"env's preset where there is one, else from the default):"
+    ]
     for field in dataclasses.fields(spec.config):
         default = defaults.get(field.name, field.default)
-        tested = [f"{env}: {values[field.name]!r}" for env, values in presets.items()
-                  if field.name in values and values[field.name] != default]
-        lines.append(f"  {field.name} = {default!r}" + (f" (preset {'; '.join(tested)})" if tested else ""))
+        tested = [
+            f"{env}: {values[field.name]!r}"
+            for env, values in presets.items()
+            if field.name in values and values[field.name] != default
+        ]
+        lines.append(
+            f"  {field.name} = {default!r}" + (f" (preset {'; '.join(tested)})" if tested else "")
+        )
         meaning = field_meanings(spec.config)[field.name]
         if meaning:
             lines.append(f"      {meaning}")
@@ -99,54 +111,126 @@ def parse_settings(pairs: list[str], config_class: type) -> dict:
         if not equals or not name:
             raise ValueError(f"--set takes FIELD=VALUE, got {pair!r}")
         if name not in names:
-            raise ValueError(f"--set: {name!r} is not a field of {config_class.__name__}; fields: {', '.join(sorted(names))}")
+            raise ValueError(
+                f"--set: {name!r} is not a field of {config_class.__name__}; fields: {', '.join(sorted(names))}"
+            )
         settings[name] = parse_value(text.strip())
     return settings
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlkit", description="Train, resume, evaluate, render and plot RL runs.")
+    parser = argparse.ArgumentParser(
+        prog="rlkit", description="Train, resume, evaluate, render and plot RL runs."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train an algorithm (or resume a run)",
-                                description="Train ALGO, or continue a run with --resume RUN.")
-    train.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last checkpoint")
-    train.add_argument("--checkpoint-every", dest="resume_checkpoint_every", type=int, metavar="N",
-                       help="with --resume: write a checkpoint every N updates (default: the run's own)")
+    train = commands.add_parser(
+        "train",
+        help="train an algorithm (or resume a run)",
+        description="Train ALGO, or continue a run with --resume RUN.",
+    )
+    train.add_argument(
+        "--resume", metavar="RUN", help="continue the run in this folder from its last checkpoint"
+    )
+    train.add_argument(
+        "--checkpoint-every",
+        dest="resume_checkpoint_every",
+        type=int,
+        metavar="N",
+        help="with --resume: write a checkpoint every N updates (default: the run's own)",
+    )
     algorithms = train.add_subparsers(dest="algorithm", metavar="ALGO", required=False)
     for name in ALGORITHMS:
-        sub = algorithms.add_parser(name, help=f"train {name}", epilog=hyperparameter_help(name),
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-        sub.add_argument("--env", dest="env_id", help="Gymnasium environment id (default: CartPole-v1)")
+        sub = algorithms.add_parser(
+            name,
+            help=f"train {name}",
+            epilog=hyperparameter_help(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument(
+            "--env", dest="env_id", help="Gymnasium environment id (default: CartPole-v1)"
+        )
         sub.add_argument("--seed", type=int, help="random seed (default: 0)")
-        sub.add_argument("--total-steps", type=int, help="environment steps (default: the preset's or the algorithm's)")
-        sub.add_argument("--out", metavar="RUN", help="the run folder to create, e.g. runs/ppo-cartpole-s0")
-        sub.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
-                         help="any other hyperparameter (repeatable); see the list below")
-        sub.add_argument("--checkpoint-every", type=int, metavar="N",
-                         help="write a checkpoint and the metrics every N updates (default: 10; on --resume the run's own)")
-        sub.add_argument("--resume", dest="resume_here", metavar="RUN", help="continue this run (the options must match it)")
+        sub.add_argument(
+            "--total-steps",
+            type=int,
+            help="environment steps (default: the preset's or the algorithm's)",
+        )
+        sub.add_argument(
+            "--out", metavar="RUN", help="the run folder to create, e.g. runs/ppo-cartpole-s0"
+        )
+        sub.add_argument(
+            "--set",
+            dest="settings",
+            action="append",
+            default=[],
+            metavar="FIELD=VALUE",
+            help="any other hyperparameter (repeatable); see the list below",
+        )
+        sub.add_argument(
+            "--checkpoint-every",
+            type=int,
+            metavar="N",
+            help="write a checkpoint and the metrics every N updates (default: 10; on --resume the run's own)",
+        )
+        sub.add_argument(
+            "--resume",
+            dest="resume_here",
+            metavar="RUN",
+            help="continue this run (the options must match it)",
+        )
 
     evaluate = commands.add_parser("eval", help="evaluate a run's greedy policy")
     evaluate.add_argument("run", metavar="RUN")
-    evaluate.add_argument("--episodes", type=int, default=100, help="episodes to play (default: %(default)s)")
-    evaluate.add_argument("--seed", type=int, default=10_000, help="environment seed, unlike training's (default: %(default)s)")
-    evaluate.add_argument("--device", help="evaluate on this device instead of the run's (e.g. cpu for a run trained on cuda)")
+    evaluate.add_argument(
+        "--episodes", type=int, default=100, help="episodes to play (default: %(default)s)"
+    )
+    evaluate.add_argument(
+        "--seed",
+        type=int,
+        default=10_000,
+        help="environment seed, unlike training's (default: %(default)s)",
+    )
+    evaluate.add_argument(
+        "--device",
+        help="evaluate on this device instead of the run's (e.g. cpu for a run trained on cuda)",
+    )
 
-    render = commands.add_parser("render", help="record one episode of a run's greedy policy as a GIF")
+    render = commands.add_parser(
+        "render", help="record one episode of a run's greedy policy as a GIF"
+    )
     render.add_argument("run", metavar="RUN")
     render.add_argument("--gif", required=True, help="the GIF file to write")
-    render.add_argument("--seed", type=int, default=0, help="environment seed (default: %(default)s)")
-    render.add_argument("--max-steps", type=int, default=500, help="stop after this many steps (default: %(default)s)")
+    render.add_argument(
+        "--seed", type=int, default=0, help="environment seed (default: %(default)s)"
+    )
+    render.add_argument(
+        "--max-steps",
+        type=int,
+        default=500,
+        help="stop after this many steps (default: %(default)s)",
+    )
     render.add_argument("--device", help="run the policy on this device instead of the run's")
 
-    plot = commands.add_parser("plot", help="learning curves of runs: mean or IQM over seeds with a bootstrap band",
-                               description="Each RUN is a run folder, or a folder whose sub-folders are runs "
-                                           "(the seeds of one curve).")
+    plot = commands.add_parser(
+        "plot",
+        help="learning curves of runs: mean or IQM over seeds with a bootstrap band",
+        description="Each RUN is a run folder, or a folder whose sub-folders are runs "
+        "(the seeds of one curve).",
+    )
     plot.add_argument("runs", nargs="+", metavar="RUN")
-    plot.add_argument("--metric", default="episode_return", help="a column of metrics.csv (default: %(default)s)")
-    plot.add_argument("--statistic", choices=("mean", "iqm"), default="mean", help="over seeds (default: %(default)s)")
-    plot.add_argument("--out", default="curves.png", help="the image to write (default: %(default)s)")
+    plot.add_argument(
+        "--metric", default="episode_return", help="a column of metrics.csv (default: %(default)s)"
+    )
+    plot.add_argument(
+        "--statistic",
+        choices=("mean", "iqm"),
+        default="mean",
+        help="over seeds (default: %(default)s)",
+    )
+    plot.add_argument(
+        "--out", default="curves.png", help="the image to write (default: %(default)s)"
+    )
     return parser
 
 
@@ -157,7 +241,9 @@ def command_train(args) -> None:
     resume = resumes[0] if resumes else None
     checkpoint_every = getattr(args, "checkpoint_every", None) or args.resume_checkpoint_every
     if args.algorithm is None and resume is None:
-        raise ValueError("train needs an ALGO (one of " + ", ".join(ALGORITHMS) + ") or --resume RUN")
+        raise ValueError(
+            "train needs an ALGO (one of " + ", ".join(ALGORITHMS) + ") or --resume RUN"
+        )
     if resume is not None:
         spec, config = load_config(resume)
         if args.algorithm is not None:
@@ -170,21 +256,33 @@ def command_train(args) -> None:
         config, out = _config_from(args, spec), args.out
     result = train_run(spec.name, config, out, checkpoint_every, resume=resume is not None)
     returns = [row["episode_return"] for row in result.history[-10:] if "episode_return" in row]
-    print(f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: {len(result.history)} updates"
-          + (f", training return over the last updates {sum(returns) / len(returns):.1f}" if returns else ""))
+    print(
+        f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: {len(result.history)} updates"
+        + (
+            f", training return over the last updates {sum(returns) / len(returns):.1f}"
+            if returns
+            else ""
+        )
+    )
 
 
 def _given_fields(args, spec) -> dict:
     """The config fields the command line gives explicitly."""
     fields = parse_settings(args.settings, spec.config)
-    for name, value in (("env_id", args.env_id), ("seed", args.seed), ("total_steps", args.total_steps)):
+    for name, value in (
+        ("env_id", args.env_id),
+        ("seed", args.seed),
+        ("total_steps", args.total_steps),
+    ):
         if value is not None:
             fields[name] = value
     return fields
 
 
 def _config_from(args, spec):
-    return spec.config(**{"env_id": "CartPole-v1", "seed": 0, **_given_fields(args, spec), "progress": True})
+    return spec.config(
+        **{"env_id": "CartPole-v1", "seed": 0, **_given_fields(args, spec), "progress": True}
+    )
 
 
 def _require_same(algorithm: str, saved, args, run: str) -> None:
@@ -197,17 +295,25 @@ def _require_same(algorithm: str, saved, args, run: str) -> None:
     given = dataclasses.asdict(dataclasses.replace(saved, **given)) if given else {}
     different = [name for name, value in given.items() if value != getattr(saved, name)]
     if different:
-        raise ValueError("--resume: these options differ from the saved run's config: " + ", ".join(
-            f"{name} (saved {getattr(saved, name)!r}, given {given[name]!r})" for name in different))
+        raise ValueError(
+            "--resume: these options differ from the saved run's config: "
+            + ", ".join(
+                f"{name} (saved {getattr(saved, name)!r}, given {given[name]!r})"
+                for name in different
+            )
+        )
 
 
 def command_eval(args) -> None:
     from rlkit.evaluation import iqm, stratified_bootstrap_ci
     from rlkit.runs import evaluate_run
+
     returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
     point, low, high = stratified_bootstrap_ci(returns, "mean", seed=0)
-    print(f"{args.run}: greedy return over {len(returns)} episodes: mean {point:.2f} (95% bootstrap CI {low:.2f} to "
-          f"{high:.2f}), std {returns.std():.2f}, IQM {iqm(returns):.2f}, min {returns.min():.2f}, max {returns.max():.2f}")
+    print(
+        f"{args.run}: greedy return over {len(returns)} episodes: mean {point:.2f} (95% bootstrap CI {low:.2f} to "
+        f"{high:.2f}), std {returns.std():.2f}, IQM {iqm(returns):.2f}, min {returns.min():.2f}, max {returns.max():.2f}"
+    )
 
 
 def command_render(args) -> None:
@@ -215,25 +321,36 @@ def command_render(args) -> None:
 
     from rlkit.rendering import record_gif
     from rlkit.runs import load_run
+
     spec, result = load_run(args.run, args.device)
     env = gym.make(result.config.env_id)
     act = spec.greedy_policy(result, env.action_space)
     env.close()
-    total = record_gif(result.config.env_id, act, args.gif, seed=args.seed, max_steps=args.max_steps)
+    total = record_gif(
+        result.config.env_id, act, args.gif, seed=args.seed, max_steps=args.max_steps
+    )
     print(f"wrote {args.gif}: one episode of {result.config.env_id}, return {total:.1f}")
 
 
 def command_plot(args) -> None:
     from rlkit.runs import plot_runs
+
     plot_runs(args.runs, args.metric, args.statistic, args.out)
     print(f"wrote {args.out}")
 
 
-COMMANDS = {"train": command_train, "eval": command_eval, "render": command_render, "plot": command_plot}
+COMMANDS = {
+    "train": command_train,
+    "eval": command_eval,
+    "render": command_render,
+    "plot": command_plot,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    if os.getcwd() not in sys.path:  # as ``python -m rlkit`` does: "module:Env-v0" ids can name local modules
+    if (
+        os.getcwd() not in sys.path
+    ):  # as ``python -m rlkit`` does: "module:Env-v0" ids can name local modules
         sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     try:
@@ -242,8 +359,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlkit {args.command}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"rlkit {args.command}: interrupted" + (" (continue with rlkit train --resume RUN)"
-                                                      if args.command == "train" else ""), file=sys.stderr)
+        print(
+            f"rlkit {args.command}: interrupted"
+            + (" (continue with rlkit train --resume RUN)" if args.command == "train" else ""),
+            file=sys.stderr,
+        )
         return 130
     return 0
 

@@ -19,14 +19,38 @@ from rlkit.checkpoint import env_state, load_env_state
 from rlkit.nets import QNetwork
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import require_registered
-from rlkit.training import (StepBudgetTrainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
-                            require, require_device, require_discrete_actions_and_flat_obs, require_sequence,
-                            seed_everything)
+from rlkit.training import (
+    StepBudgetTrainer,
+    TrainResult,
+    fit,
+    greedy_returns,
+    is_count,
+    is_finite_number,
+    is_number,
+    is_seed,
+    require,
+    require_device,
+    require_discrete_actions_and_flat_obs,
+    require_sequence,
+    seed_everything,
+)
 
 DEFAULTS = dict(
-    total_steps=100_000, learning_rate=1e-3, batch_size=64, buffer_size=50_000, learning_starts=1_000, gamma=0.99,
-    target_update_interval=500, train_frequency=4, gradient_steps=1, exploration_fraction=0.2, start_epsilon=1.0,
-    end_epsilon=0.05, hidden_sizes=(64, 64), max_grad_norm=10.0, double_dqn=False,
+    total_steps=100_000,
+    learning_rate=1e-3,
+    batch_size=64,
+    buffer_size=50_000,
+    learning_starts=1_000,
+    gamma=0.99,
+    target_update_interval=500,
+    train_frequency=4,
+    gradient_steps=1,
+    exploration_fraction=0.2,
+    start_epsilon=1.0,
+    end_epsilon=0.05,
+    hidden_sizes=(64, 64),
+    max_grad_norm=10.0,
+    double_dqn=False,
 )
 
 
@@ -42,44 +66,92 @@ class DQNConfig:
     buffer_size: int | None = None  # replay capacity, in transitions
     learning_starts: int | None = None  # steps of uniform-random play before the first update
     gamma: float | None = None
-    target_update_interval: int | None = None  # steps between copies of the online net into the target net
+    # steps between copies of the online net into the target net
+    target_update_interval: int | None = None
     train_frequency: int | None = None  # steps between training bursts
     gradient_steps: int | None = None  # gradient steps per burst
-    exploration_fraction: float | None = None  # fraction of total_steps over which epsilon decays linearly
+    # fraction of total_steps over which epsilon decays linearly
+    exploration_fraction: float | None = None
     start_epsilon: float | None = None
     end_epsilon: float | None = None
     hidden_sizes: tuple[int, ...] | None = None
     max_grad_norm: float | None = None
-    double_dqn: bool | None = None  # choose the next action with the online net, value it with the target net
+    # choose the next action with the online net, value it with the target net
+    double_dqn: bool | None = None
     device: str = "cpu"
     progress: bool = False
 
     def __post_init__(self) -> None:
         require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "dqn", DEFAULTS)
-        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
+        self.hidden_sizes = require_sequence(
+            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
+        )
         self._validate()
 
     def _validate(self) -> None:
         require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
-        for name in ("total_steps", "batch_size", "buffer_size", "target_update_interval", "train_frequency", "gradient_steps"):
+        for name in (
+            "total_steps",
+            "batch_size",
+            "buffer_size",
+            "target_update_interval",
+            "train_frequency",
+            "gradient_steps",
+        ):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        require(is_count(self.learning_starts, minimum=0), "learning_starts", "an integer >= 0", self.learning_starts)
-        for name in ("learning_rate", "gamma", "exploration_fraction", "start_epsilon", "end_epsilon"):
-            require(is_finite_number(getattr(self, name)), name, "a finite number", getattr(self, name))
+        require(
+            is_count(self.learning_starts, minimum=0),
+            "learning_starts",
+            "an integer >= 0",
+            self.learning_starts,
+        )
+        for name in (
+            "learning_rate",
+            "gamma",
+            "exploration_fraction",
+            "start_epsilon",
+            "end_epsilon",
+        ):
+            require(
+                is_finite_number(getattr(self, name)), name, "a finite number", getattr(self, name)
+            )
         require(is_number(self.max_grad_norm), "max_grad_norm", "a number", self.max_grad_norm)
         require(isinstance(self.double_dqn, bool), "double_dqn", "True or False", self.double_dqn)
         require_device(self.device)
-        require(0 < self.learning_rate <= 1, "learning_rate", "in (0, 1] (Adam moves each weight by about this much)",
-                self.learning_rate)
-        require(self.buffer_size >= self.batch_size, "buffer_size", f">= batch_size ({self.batch_size})", self.buffer_size)
+        require(
+            0 < self.learning_rate <= 1,
+            "learning_rate",
+            "in (0, 1] (Adam moves each weight by about this much)",
+            self.learning_rate,
+        )
+        require(
+            self.buffer_size >= self.batch_size,
+            "buffer_size",
+            f">= batch_size ({self.batch_size})",
+            self.buffer_size,
+        )
         require(0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
-        require(0 < self.exploration_fraction <= 1, "exploration_fraction", "in (0, 1]", self.exploration_fraction)
+        require(
+            0 < self.exploration_fraction <= 1,
+            "exploration_fraction",
+            "in (0, 1]",
+            self.exploration_fraction,
+        )
         for name in ("start_epsilon", "end_epsilon"):
             require(0 <= getattr(self, name) <= 1, name, "in [0, 1]", getattr(self, name))
-        require(self.max_grad_norm > 0, "max_grad_norm", "> 0 (math.inf: never clip)", self.max_grad_norm)
-        require(all(is_count(size) for size in self.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
-                self.hidden_sizes)
+        require(
+            self.max_grad_norm > 0,
+            "max_grad_norm",
+            "> 0 (math.inf: never clip)",
+            self.max_grad_norm,
+        )
+        require(
+            all(is_count(size) for size in self.hidden_sizes),
+            "hidden_sizes",
+            "positive layer sizes (integers)",
+            self.hidden_sizes,
+        )
 
 
 class ReplayBuffer:
@@ -95,13 +167,27 @@ class ReplayBuffer:
 
     def add(self, obs, action, reward, next_obs, terminated) -> None:
         i = self.position
-        self.obs[i], self.next_obs[i] = torch.as_tensor(obs, device=self.device), torch.as_tensor(next_obs, device=self.device)
-        self.actions[i], self.rewards[i], self.terminated[i] = int(action), float(reward), float(terminated)
+        self.obs[i], self.next_obs[i] = (
+            torch.as_tensor(obs, device=self.device),
+            torch.as_tensor(next_obs, device=self.device),
+        )
+        self.actions[i], self.rewards[i], self.terminated[i] = (
+            int(action),
+            float(reward),
+            float(terminated),
+        )
         self.position, self.size = (i + 1) % self.capacity, min(self.size + 1, self.capacity)
 
     def state_dict(self) -> dict:
-        return {"obs": self.obs, "next_obs": self.next_obs, "actions": self.actions, "rewards": self.rewards,
-                "terminated": self.terminated, "size": self.size, "position": self.position}
+        return {
+            "obs": self.obs,
+            "next_obs": self.next_obs,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "terminated": self.terminated,
+            "size": self.size,
+            "position": self.position,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for name in ("obs", "next_obs", "actions", "rewards", "terminated"):
@@ -109,11 +195,27 @@ class ReplayBuffer:
         self.size, self.position = state["size"], state["position"]
 
     def sample(self, batch_size: int, generator: torch.Generator):
-        index = torch.randint(self.size, (batch_size,), generator=generator).to(self.device)  # CPU generator: same draws on any device
-        return self.obs[index], self.actions[index], self.rewards[index], self.next_obs[index], self.terminated[index]
+        index = torch.randint(self.size, (batch_size,), generator=generator).to(
+            self.device
+        )  # CPU generator: same draws on any device
+        return (
+            self.obs[index],
+            self.actions[index],
+            self.rewards[index],
+            self.next_obs[index],
+            self.terminated[index],
+        )
 
 
-def td_targets(q_target: QNetwork, q_online: QNetwork, rewards, next_obs, terminated, gamma: float, double: bool):
+def td_targets(
+    q_target: QNetwork,
+    q_online: QNetwork,
+    rewards,
+    next_obs,
+    terminated,
+    gamma: float,
+    double: bool,
+):
     """``y = r + gamma (1 - terminated) Q_target(s', a*)`` (eq-dqn-target); ``a* = argmax Q_target`` or, for
     double DQN, ``argmax Q_online`` (eq-double-dqn-target)."""
     with torch.no_grad():
@@ -130,7 +232,9 @@ def epsilon_at(step: int, config: DQNConfig) -> float:
 
 def _make_env(config: DQNConfig) -> gym.Env:
     env = gym.wrappers.RecordEpisodeStatistics(gym.make(config.env_id))
-    require_discrete_actions_and_flat_obs(config.env_id, env.action_space, env.observation_space, "DQN")
+    require_discrete_actions_and_flat_obs(
+        config.env_id, env.action_space, env.observation_space, "DQN"
+    )
     return env
 
 
@@ -163,10 +267,23 @@ class DQNTrainer(StepBudgetTrainer):
             self.env_steps += 1
             row = None
             if step >= config.learning_starts and (step + 1) % config.train_frequency == 0:
-                steps = [_gradient_step(self.q_online, self.q_target, self.optimizer, self.buffer, self.sampler, config)
-                         for _ in range(config.gradient_steps)]
-                row = {"step": step + 1, "loss": float(np.mean([loss for loss, _ in steps])),
-                       "grad_norm": float(np.mean([norm for _, norm in steps])), "epsilon": epsilon_at(step, config)}
+                steps = [
+                    _gradient_step(
+                        self.q_online,
+                        self.q_target,
+                        self.optimizer,
+                        self.buffer,
+                        self.sampler,
+                        config,
+                    )
+                    for _ in range(config.gradient_steps)
+                ]
+                row = {
+                    "step": step + 1,
+                    "loss": float(np.mean([loss for loss, _ in steps])),
+                    "grad_norm": float(np.mean([norm for _, norm in steps])),
+                    "epsilon": epsilon_at(step, config),
+                }
                 if self.recent_returns:
                     row["episode_return"] = float(np.mean(self.recent_returns[-10:]))
             if (step + 1) % config.target_update_interval == 0:
@@ -182,20 +299,33 @@ class DQNTrainer(StepBudgetTrainer):
             action = int(env.action_space.sample())
         else:
             with torch.inference_mode():
-                action = int(self.q_online(torch.as_tensor(self.obs, dtype=torch.float32, device=config.device)).argmax())
+                action = int(
+                    self.q_online(
+                        torch.as_tensor(self.obs, dtype=torch.float32, device=config.device)
+                    ).argmax()
+                )
         next_obs, reward, terminated, truncated, info = env.step(action)
-        self.buffer.add(self.obs, action, reward, next_obs, terminated)  # next_obs is the true final one, also when truncated
+        self.buffer.add(
+            self.obs, action, reward, next_obs, terminated
+        )  # next_obs is the true final one, also when truncated
         self.obs = next_obs
         if terminated or truncated:
             self.recent_returns = (self.recent_returns + [float(info["episode"]["r"])])[-10:]
             self.obs, _ = env.reset()
 
     def _state(self) -> dict:
-        return {"q_online": self.q_online.state_dict(), "q_target": self.q_target.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "buffer": self.buffer.state_dict(),
-                "epsilon_rng": self.rng.bit_generator.state, "sampler": self.sampler.get_state(),
-                "env": env_state(self.env), "obs": torch.from_numpy(np.array(self.obs)), "step": self.env_steps,
-                "recent_returns": list(self.recent_returns)}
+        return {
+            "q_online": self.q_online.state_dict(),
+            "q_target": self.q_target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "epsilon_rng": self.rng.bit_generator.state,
+            "sampler": self.sampler.get_state(),
+            "env": env_state(self.env),
+            "obs": torch.from_numpy(np.array(self.obs)),
+            "step": self.env_steps,
+            "recent_returns": list(self.recent_returns),
+        }
 
     def _load_state(self, state: dict) -> None:
         self.q_online.load_state_dict(state["q_online"])
@@ -222,7 +352,9 @@ def train(config: DQNConfig) -> TrainResult:
 
 def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> float:
     obs, actions, rewards, next_obs, terminated = buffer.sample(config.batch_size, sampler)
-    targets = td_targets(q_target, q_online, rewards, next_obs, terminated, config.gamma, config.double_dqn)
+    targets = td_targets(
+        q_target, q_online, rewards, next_obs, terminated, config.gamma, config.double_dqn
+    )
     q_taken = q_online(obs).gather(1, actions[:, None]).squeeze(1)
     loss = F.smooth_l1_loss(q_taken, targets)  # Huber: quadratic near 0, linear beyond |error| = 1
     optimizer.zero_grad()
@@ -235,4 +367,8 @@ def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> fl
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a Q(s, a)`` over ``episodes`` episodes."""
     q, device = result.agent.eval(), result.config.device
-    return float(greedy_returns(result.config.env_id, lambda obs: q(obs.to(device)).argmax(dim=1), episodes, seed).mean())
+    return float(
+        greedy_returns(
+            result.config.env_id, lambda obs: q(obs.to(device)).argmax(dim=1), episodes, seed
+        ).mean()
+    )

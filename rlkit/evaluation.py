@@ -25,7 +25,14 @@ from numbers import Integral, Real
 
 import numpy as np
 
-__all__ = ["STATISTICS", "CURVE_STATISTICS", "iqm", "aggregate", "stratified_bootstrap_ci", "curve_band"]
+__all__ = [
+    "STATISTICS",
+    "CURVE_STATISTICS",
+    "iqm",
+    "aggregate",
+    "stratified_bootstrap_ci",
+    "curve_band",
+]
 
 STATISTICS = ("mean", "median", "iqm", "optimality_gap")  # rliable's aggregate metrics
 CURVE_STATISTICS = ("mean", "iqm")  # statistics over the runs of one task, at each point of a curve
@@ -38,12 +45,16 @@ def _finite_array(name: str, values) -> np.ndarray:
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array of numbers, got {type(values).__name__}") from None
+        raise ValueError(
+            f"{name} must be an array of numbers, got {type(values).__name__}"
+        ) from None
     if array.size == 0:
         raise ValueError(f"{name} must not be empty, got shape {array.shape}")
     if not np.isfinite(array).all():
-        raise ValueError(f"{name} must be finite (no NaN or inf), got {int((~np.isfinite(array)).sum())} "
-                         f"non-finite of {array.size} values")
+        raise ValueError(
+            f"{name} must be finite (no NaN or inf), got {int((~np.isfinite(array)).sum())} "
+            f"non-finite of {array.size} values"
+        )
     return array
 
 
@@ -66,14 +77,24 @@ def _check_statistic(statistic, allowed: tuple[str, ...]) -> str:
 def _check_bootstrap(reps, confidence, seed) -> None:
     if not isinstance(reps, Integral) or isinstance(reps, bool) or reps < 1:
         raise ValueError(f"reps must be an integer >= 1, got {reps!r}")
-    if not isinstance(confidence, Real) or isinstance(confidence, bool) or not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
+    if (
+        not isinstance(confidence, Real)
+        or isinstance(confidence, bool)
+        or not 0.0 < confidence < 1.0
+    ):
+        raise ValueError(
+            f"confidence must be a number strictly between 0 and 1, got {confidence!r}"
+        )
     if seed is not None and (not isinstance(seed, Integral) or isinstance(seed, bool) or seed < 0):
         raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
 
 
 def _check_threshold(threshold) -> float:
-    if not isinstance(threshold, Real) or isinstance(threshold, bool) or not math.isfinite(threshold):
+    if (
+        not isinstance(threshold, Real)
+        or isinstance(threshold, bool)
+        or not math.isfinite(threshold)
+    ):
         raise ValueError(f"threshold must be a finite number, got {threshold!r}")
     return float(threshold)
 
@@ -85,7 +106,7 @@ def _trim_mean_last_axis(x: np.ndarray) -> np.ndarray:
     cut = int(IQM_CUT * n)
     if cut == 0:
         return x.mean(axis=-1)
-    middle = np.partition(x, (cut, n - cut - 1), axis=-1)[..., cut:n - cut]
+    middle = np.partition(x, (cut, n - cut - 1), axis=-1)[..., cut : n - cut]
     return middle.mean(axis=-1)
 
 
@@ -130,15 +151,24 @@ def aggregate(scores, statistic: str = "iqm", *, threshold: float = 1.0) -> floa
     return float(_aggregate_batched(matrix, statistic, _check_threshold(threshold)))
 
 
-def _percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+def _percentile_interval(
+    replicates: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
     """The percentile interval along axis 0, with ``np.percentile``'s linear interpolation (as arch, under rliable)."""
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(replicates, [alpha, 1.0 - alpha], axis=0)
     return low, high
 
 
-def stratified_bootstrap_ci(scores, statistic: str = "iqm", reps: int = 2000, confidence: float = 0.95,
-                            seed: int | None = 0, *, threshold: float = 1.0) -> tuple[float, float, float]:
+def stratified_bootstrap_ci(
+    scores,
+    statistic: str = "iqm",
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+    *,
+    threshold: float = 1.0,
+) -> tuple[float, float, float]:
     """``(point, low, high)``: ``statistic`` of ``scores`` ``[runs, tasks]`` and its stratified-bootstrap interval.
 
     Each of ``reps`` resamples draws, independently for every task, ``runs`` indices with replacement and
@@ -160,13 +190,16 @@ def stratified_bootstrap_ci(scores, statistic: str = "iqm", reps: int = 2000, co
     for start in range(0, reps, chunk):
         size = min(chunk, reps - start)
         rows = rng.integers(0, runs, size=(size, runs, tasks))  # per task, its own draw of runs
-        replicates[start:start + size] = _aggregate_batched(matrix[rows, columns], statistic, threshold)
+        replicates[start : start + size] = _aggregate_batched(
+            matrix[rows, columns], statistic, threshold
+        )
     low, high = _percentile_interval(replicates, confidence)
     return float(_aggregate_batched(matrix, statistic, threshold)), float(low), float(high)
 
 
-def curve_band(curves, statistic: str = "iqm", reps: int = 2000, confidence: float = 0.95,
-               seed: int | None = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def curve_band(
+    curves, statistic: str = "iqm", reps: int = 2000, confidence: float = 0.95, seed: int | None = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(point, low, high)``, each of shape ``[points]``: a statistic of learning curves over runs, with a band.
 
     ``curves`` is ``[runs, points]``, one task: row ``i`` is run ``i``'s curve at the same x values. At every
@@ -188,8 +221,8 @@ def curve_band(curves, statistic: str = "iqm", reps: int = 2000, confidence: flo
     chunk = max(1, _CHUNK_ELEMENTS // array.size)
     replicates = np.empty((reps, points))
     for start in range(0, reps, chunk):
-        resampled = columns[:, rows[start:start + chunk]]  # [points, size, runs]
-        replicates[start:start + chunk] = _point_statistic(resampled, statistic).T
+        resampled = columns[:, rows[start : start + chunk]]  # [points, size, runs]
+        replicates[start : start + chunk] = _point_statistic(resampled, statistic).T
     low, high = _percentile_interval(replicates, confidence)
     return _point_statistic(columns, statistic), low, high
 

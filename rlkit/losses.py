@@ -25,7 +25,9 @@ __all__ = [
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
-def _check_same_shape(reference_name: str, reference: torch.Tensor, **others: torch.Tensor | None) -> None:
+def _check_same_shape(
+    reference_name: str, reference: torch.Tensor, **others: torch.Tensor | None
+) -> None:
     for name, tensor in others.items():
         if tensor is not None and tuple(tensor.shape) != tuple(reference.shape):
             raise ValueError(
@@ -44,10 +46,16 @@ def zero_padding(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     Padding can hold anything (a log-ratio of 100, ``inf``, ``nan``): multiplying by the mask afterwards
     gives ``inf * 0 = nan``, in the loss and in the gradient. Selecting with ``torch.where`` does not.
     """
-    return x if mask is None else torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return (
+        x
+        if mask is None
+        else torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+    )
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None) -> torch.Tensor:
+def masked_mean(
+    x: torch.Tensor, mask: torch.Tensor | None = None, dim: int | None = None
+) -> torch.Tensor:
     """Mean of ``x`` over the entries where ``mask`` is 1 (all entries when ``mask`` is None).
 
     With ``dim``, a row with no valid entry has mean 0 (so padding-only rows add nothing to a loss).
@@ -66,7 +74,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, dim: int | No
     return valid_sum.sum(dim=dim) / mask.sum(dim=dim).clamp_min(1.0)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-8) -> torch.Tensor:
+def masked_whiten(
+    x: torch.Tensor, mask: torch.Tensor | None = None, eps: float = 1e-8
+) -> torch.Tensor:
     """``(x - mean) / sqrt(var + eps)`` with mean and (unbiased) variance over valid entries only.
 
     Entries where the mask is 0 come back as 0. Used to normalise advantages per minibatch.
@@ -91,7 +101,9 @@ def policy_gradient_loss(
     a critic must never learn through the actor's loss.
     """
     _check_same_shape("logprobs", logprobs, advantages=advantages, mask=mask)
-    return -masked_mean(zero_padding(logprobs, mask) * zero_padding(advantages.detach(), mask), mask)
+    return -masked_mean(
+        zero_padding(logprobs, mask) * zero_padding(advantages.detach(), mask), mask
+    )
 
 
 def clipped_policy_loss(
@@ -108,7 +120,9 @@ def clipped_policy_loss(
     "clip-higher" range of DAPO. The max of the two negated terms is the pessimistic bound: on the
     clipped side the gradient is zero.
     """
-    _check_same_shape("logprobs", logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask)
+    _check_same_shape(
+        "logprobs", logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask
+    )
     _check_clip("clip_eps", clip_eps)
     _check_clip("clip_eps_high", clip_eps_high)
     high = clip_eps if clip_eps_high is None else clip_eps_high
@@ -152,7 +166,9 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
     return -torch.where(probs > 0, probs * logp, torch.zeros_like(logp)).sum(dim=-1)
 
 
-def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+def kl_estimate(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3"
+) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Chapter 10; Schulman 2020); no reduction.
 
     With ``log_r = ref_logprobs - logprobs``: k1 = -log_r (unbiased, can be negative),
@@ -169,10 +185,14 @@ def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = 
     return torch.expm1(log_ratio) - log_ratio
 
 
-def approx_kl(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def approx_kl(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Diagnostic: k3 estimate of KL(pi_old || pi) over the rollout's samples, as PPO implementations log it."""
     with torch.no_grad():
-        return masked_mean(kl_estimate(zero_padding(old_logprobs, mask), zero_padding(logprobs, mask), "k3"), mask)
+        return masked_mean(
+            kl_estimate(zero_padding(old_logprobs, mask), zero_padding(logprobs, mask), "k3"), mask
+        )
 
 
 def clip_fraction(
@@ -193,7 +213,9 @@ def clip_fraction(
         return masked_mean(outside.to(logprobs.dtype), mask)
 
 
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def explained_variance(
+    values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Diagnostic: ``1 - Var[R - V] / Var[R]`` over valid entries (1 is perfect, <= 0 is no better than a constant)."""
     _check_same_shape("values", values, returns=returns, mask=mask)
     with torch.no_grad():

@@ -29,8 +29,13 @@ def layer_init(layer: nn.Linear, gain: float = HIDDEN_GAIN, bias: float = 0.0) -
     return layer
 
 
-def mlp(in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str = "tanh",
-        output_gain: float | None = VALUE_GAIN) -> nn.Sequential:
+def mlp(
+    in_dim: int,
+    hidden_sizes: Sequence[int],
+    out_dim: int,
+    activation: str = "tanh",
+    output_gain: float | None = VALUE_GAIN,
+) -> nn.Sequential:
     """``in_dim -> hidden... -> out_dim`` with the activation between layers and none after the last.
 
     ``output_gain=None`` keeps PyTorch's default initialisation for every layer.
@@ -38,7 +43,9 @@ def mlp(in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     if in_dim < 1 or out_dim < 1 or any(size < 1 for size in hidden_sizes):
-        raise ValueError(f"layer sizes must be >= 1, got in_dim={in_dim}, hidden_sizes={list(hidden_sizes)}, out_dim={out_dim}")
+        raise ValueError(
+            f"layer sizes must be >= 1, got in_dim={in_dim}, hidden_sizes={list(hidden_sizes)}, out_dim={out_dim}"
+        )
     layers: list[nn.Module] = []
     init = (lambda layer, gain=HIDDEN_GAIN: layer) if output_gain is None else layer_init
     for size in hidden_sizes:
@@ -51,7 +58,13 @@ def mlp(in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str 
 class QNetwork(nn.Module):
     """``Q(s, .)``: one output per discrete action (PyTorch's default initialisation; see the module docstring)."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "relu"):
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "relu",
+    ):
         super().__init__()
         self.net = mlp(obs_dim, hidden_sizes, n_actions, activation, output_gain=None)
 
@@ -62,7 +75,9 @@ class QNetwork(nn.Module):
 class ValueNetwork(nn.Module):
     """``V(s)``: one number per observation (shape ``[...]``, the last dim squeezed)."""
 
-    def __init__(self, obs_dim: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"):
+    def __init__(
+        self, obs_dim: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"
+    ):
         super().__init__()
         self.net = mlp(obs_dim, hidden_sizes, 1, activation, VALUE_GAIN)
 
@@ -73,7 +88,13 @@ class ValueNetwork(nn.Module):
 class CategoricalPolicy(nn.Module):
     """``pi(a|s)`` over discrete actions: logits from an MLP, a ``Categorical`` distribution."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"):
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+    ):
         super().__init__()
         self.net = mlp(obs_dim, hidden_sizes, n_actions, activation, POLICY_GAIN)
 
@@ -90,7 +111,9 @@ class CategoricalPolicy(nn.Module):
         """``(a, log pi(a|s))`` with ``a ~ pi(.|s)`` (``categorical_sample``)."""
         return categorical_sample(self(obs))
 
-    def log_prob_and_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_and_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log pi(a|s), H(pi(.|s)))``, equal to the ``Categorical`` distribution's, with gradients."""
         return categorical_log_prob_and_entropy(self(obs), actions)
 
@@ -98,8 +121,14 @@ class CategoricalPolicy(nn.Module):
 class GaussianPolicy(nn.Module):
     """``pi(a|s) = N(mu(s), diag(sigma^2))`` with a state-independent, learned log-std per action dimension."""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
-                 initial_log_std: float = 0.0):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        initial_log_std: float = 0.0,
+    ):
         super().__init__()
         self.mean = mlp(obs_dim, hidden_sizes, action_dim, activation, POLICY_GAIN)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(initial_log_std)))
@@ -118,7 +147,9 @@ class GaussianPolicy(nn.Module):
         """``(a, log pi(a|s))`` with ``a ~ N(mu(s), sigma^2)`` (unbounded: the caller clips to the action bounds)."""
         return gaussian_sample(self(obs), self.log_std)
 
-    def log_prob_and_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_and_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log pi(a|s), H(pi(.|s)))``, equal to the ``distribution``'s, with gradients."""
         return gaussian_log_prob_and_entropy(self(obs), self.log_std, actions)
 
@@ -138,10 +169,14 @@ def categorical_sample(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return actions, logp.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
-def categorical_log_prob_and_entropy(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def categorical_log_prob_and_entropy(
+    logits: torch.Tensor, actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log pi(a), H(pi))`` of ``Categorical(logits)``, with gradients."""
     logp = torch.log_softmax(logits, dim=-1)
-    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(dim=-1)
+    return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(
+        dim=-1
+    )
 
 
 def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,8 +185,9 @@ def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Te
     return actions, gaussian_log_prob_and_entropy(mean, log_std, actions)[0]
 
 
-def gaussian_log_prob_and_entropy(mean: torch.Tensor, log_std: torch.Tensor,
-                                  actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gaussian_log_prob_and_entropy(
+    mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Diagonal Gaussian log-density and entropy, each summed over the action dimensions, with gradients."""
     z = (actions - mean) * torch.exp(-log_std)
     logprobs = (-0.5 * z.pow(2) - log_std - HALF_LOG_TWO_PI).sum(dim=-1)
@@ -170,8 +206,15 @@ class ActorCritic(nn.Module):
     the actor's width; only its column 0 is read, so the padding gets no gradient and stays 0.
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
-                 continuous: bool = False, initial_log_std: float = 0.0):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        continuous: bool = False,
+        initial_log_std: float = 0.0,
+    ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -184,27 +227,48 @@ class ActorCritic(nn.Module):
             bias = torch.zeros(2, 1, actor_layer.out_features)
             weight[0], bias[0, 0] = actor_layer.weight.detach().T, actor_layer.bias.detach()
             critic_width = critic_layer.out_features
-            weight[1, :, :critic_width], bias[1, 0, :critic_width] = critic_layer.weight.detach().T, critic_layer.bias.detach()
+            weight[1, :, :critic_width], bias[1, 0, :critic_width] = (
+                critic_layer.weight.detach().T,
+                critic_layer.bias.detach(),
+            )
             self.register_parameter(f"weight{index}", nn.Parameter(weight))
             self.register_parameter(f"bias{index}", nn.Parameter(bias))
         self.activation = {"tanh": torch.tanh, "relu": torch.relu}[activation]
         self.continuous = continuous
-        self.log_std = nn.Parameter(torch.full((action_dim,), float(initial_log_std))) if continuous else None
+        self.log_std = (
+            nn.Parameter(torch.full((action_dim,), float(initial_log_std))) if continuous else None
+        )
 
     @classmethod
-    def for_spaces(cls, observation_space, action_space, hidden_sizes: Sequence[int] = (64, 64),
-                   activation: str = "tanh", initial_log_std: float = 0.0) -> "ActorCritic":
+    def for_spaces(
+        cls,
+        observation_space,
+        action_space,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        initial_log_std: float = 0.0,
+    ) -> ActorCritic:
         """A categorical policy for ``Discrete`` actions, a Gaussian one for ``Box`` actions."""
         continuous = not hasattr(action_space, "n")
         action_dim = int(action_space.shape[0]) if continuous else int(action_space.n)
-        return cls(int(observation_space.shape[0]), action_dim, hidden_sizes, activation, continuous, initial_log_std)
+        return cls(
+            int(observation_space.shape[0]),
+            action_dim,
+            hidden_sizes,
+            activation,
+            continuous,
+            initial_log_std,
+        )
 
     @property
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(weight [2, in, out], bias [2, 1, out])`` per layer, read from the registered parameters each time
         (so that ``load_state_dict(assign=True)`` and ``torch.func.functional_call`` reach ``forward``)."""
         parameters = self._parameters
-        return [(parameters[f"weight{index}"], parameters[f"bias{index}"]) for index in range(self.num_layers)]
+        return [
+            (parameters[f"weight{index}"], parameters[f"bias{index}"])
+            for index in range(self.num_layers)
+        ]
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(policy output, V(s))``: logits (or Gaussian means) ``[..., action_dim]`` and values ``[...]``."""
@@ -225,10 +289,14 @@ class ActorCritic(nn.Module):
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample ``a ~ pi(.|s)``; return ``(actions, log pi(a|s), V(s))`` from one forward pass."""
         head, values = self(obs)
-        actions, logprobs = gaussian_sample(head, self.log_std) if self.continuous else categorical_sample(head)
+        actions, logprobs = (
+            gaussian_sample(head, self.log_std) if self.continuous else categorical_sample(head)
+        )
         return actions, logprobs, values
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s), entropy of pi(.|s), V(s))`` for stored observations and actions, with gradients."""
         head, values = self(obs)
         if self.continuous:
@@ -266,14 +334,21 @@ def flatten_parameters(module: nn.Module) -> nn.Parameter:
     offset = 0
     for parameter in parameters:
         size = parameter.numel()
-        parameter.data = flat.data[offset:offset + size].view_as(parameter)
-        parameter.grad = flat.grad[offset:offset + size].view_as(parameter)
+        parameter.data = flat.data[offset : offset + size].view_as(parameter)
+        parameter.grad = flat.grad[offset : offset + size].view_as(parameter)
         offset += size
     return flat
 
 
-def adam_move(parameter: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor, steps: int | float, lr: float,
-              betas: tuple[float, float], eps: float) -> None:
+def adam_move(
+    parameter: torch.Tensor,
+    exp_avg: torch.Tensor,
+    exp_avg_sq: torch.Tensor,
+    steps: int | float,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+) -> None:
     """Adam's move once the moments are updated: ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``, with the
     bias corrections ``m_hat = m / (1 - b1^t)`` and ``v_hat = v / (1 - b2^t)``, computed as ``torch.optim.Adam``
     computes them (callers hold ``torch.no_grad``)."""
@@ -290,7 +365,13 @@ class FlatAdam:
     when PPO takes thousands of steps on a network of a few thousand weights.
     """
 
-    def __init__(self, flat: nn.Parameter, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+    def __init__(
+        self,
+        flat: nn.Parameter,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
         self.flat, self.lr, self.betas, self.eps = flat, lr, betas, eps
         self.exp_avg, self.exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
         self.steps = 0
@@ -303,16 +384,29 @@ class FlatAdam:
         self.steps += 1
         self.exp_avg.lerp_(grad, 1.0 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        adam_move(self.flat, self.exp_avg, self.exp_avg_sq, self.steps, self.lr, self.betas, self.eps)
+        adam_move(
+            self.flat, self.exp_avg, self.exp_avg_sq, self.steps, self.lr, self.betas, self.eps
+        )
 
     def zero_grad(self) -> None:
         self.flat.grad.zero_()
 
     def state_dict(self) -> dict:
-        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "steps": self.steps,
-                "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq}
+        return {
+            "lr": self.lr,
+            "betas": self.betas,
+            "eps": self.eps,
+            "steps": self.steps,
+            "exp_avg": self.exp_avg,
+            "exp_avg_sq": self.exp_avg_sq,
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        self.lr, self.betas, self.eps, self.steps = state["lr"], tuple(state["betas"]), state["eps"], state["steps"]
+        self.lr, self.betas, self.eps, self.steps = (
+            state["lr"],
+            tuple(state["betas"]),
+            state["eps"],
+            state["steps"],
+        )
         self.exp_avg.copy_(state["exp_avg"])
         self.exp_avg_sq.copy_(state["exp_avg_sq"])

@@ -27,7 +27,9 @@ def _as_grid(name: str, array, shape: tuple[int, int]) -> np.ndarray:
     """``array`` (one entry per cell, row-major) reshaped to ``shape``, or a ValueError naming ``name``."""
     array = np.asarray(array)
     if array.size != shape[0] * shape[1]:
-        raise ValueError(f"{name} must have {shape[0] * shape[1]} entries (one per cell of shape {shape}), got {array.size}")
+        raise ValueError(
+            f"{name} must have {shape[0] * shape[1]} entries (one per cell of shape {shape}), got {array.size}"
+        )
     return array.reshape(shape)
 
 
@@ -55,15 +57,24 @@ def plot_value_heatmap(
     if walls is not None:
         blank |= _as_grid("walls", walls, shape).astype(bool)
     ax = plt.gca() if ax is None else ax
-    colours = matplotlib.colormaps[cmap].with_extremes(bad="0.25")  # walls, unknown values: dark grey
+    colours = matplotlib.colormaps[cmap].with_extremes(
+        bad="0.25"
+    )  # walls, unknown values: dark grey
     image = ax.imshow(np.ma.masked_array(grid, mask=blank), cmap=colours, vmin=vmin, vmax=vmax)
     low, high = image.get_clim()
     for (row, col), value in np.ndenumerate(grid):
         if blank[row, col]:
             continue
         extreme = high > low and abs((value - low) / (high - low) - 0.5) > 0.35
-        ax.text(col, row, format(value, fmt), ha="center", va="center", fontsize=9,
-                color="white" if extreme else "black")
+        ax.text(
+            col,
+            row,
+            format(value, fmt),
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="white" if extreme else "black",
+        )
     ax.set_xticks([])
     ax.set_yticks([])
     if title is not None:
@@ -90,7 +101,9 @@ def plot_return_distribution(
     ax.hist(returns, bins=bins, color="0.7", edgecolor="0.4")
     if true_value is not None:
         ax.axvline(true_value, color="tab:red", linewidth=2, label=f"exact value {true_value:.3f}")
-    ax.axvline(returns.mean(), color="tab:blue", linestyle="--", label=f"sample mean {returns.mean():.3f}")
+    ax.axvline(
+        returns.mean(), color="tab:blue", linestyle="--", label=f"sample mean {returns.mean():.3f}"
+    )
     ax.set_xlabel("return $G_0$")
     ax.set_ylabel("episodes")
     ax.legend(loc="upper left", fontsize=8)
@@ -115,11 +128,15 @@ def plot_error_vs_samples(
     n_samples = np.asarray(n_samples, dtype=float)
     errors = np.asarray(errors, dtype=float)
     if n_samples.shape != errors.shape:
-        raise ValueError(f"errors must have the shape of n_samples {n_samples.shape}, got {errors.shape}")
+        raise ValueError(
+            f"errors must have the shape of n_samples {n_samples.shape}, got {errors.shape}"
+        )
     ax = plt.gca() if ax is None else ax
     ax.loglog(n_samples, errors, marker="o", markersize=3, label=label)
     if reference_std is not None:
-        ax.loglog(n_samples, reference_std / np.sqrt(n_samples), "k--", label=r"$\sigma / \sqrt{n}$")
+        ax.loglog(
+            n_samples, reference_std / np.sqrt(n_samples), "k--", label=r"$\sigma / \sqrt{n}$"
+        )
     ax.set_xlabel("episodes averaged, $n$")
     ax.set_ylabel("error")
     ax.legend(fontsize=8)
@@ -132,7 +149,9 @@ def plot_error_vs_samples(
 ACTION_ARROWS = np.array([(0.0, -1.0), (1.0, 0.0), (0.0, 1.0), (-1.0, 0.0)])
 
 
-def plot_policy_arrows(policy, shape: tuple[int, int], ax: Axes | None = None, skip=None, color: str = "black") -> Axes:
+def plot_policy_arrows(
+    policy, shape: tuple[int, int], ax: Axes | None = None, skip=None, color: str = "black"
+) -> Axes:
     """Draw a gridworld policy as arrows on top of a heat-map: one arrow per action with probability > 0,
     its length proportional to the probability (a deterministic policy shows one full arrow per cell).
 
@@ -142,39 +161,68 @@ def plot_policy_arrows(policy, shape: tuple[int, int], ax: Axes | None = None, s
     policy = np.asarray(policy, dtype=float)
     n_cells = shape[0] * shape[1]
     if policy.shape != (n_cells, 4):
-        raise ValueError(f"policy must have shape ({n_cells}, 4) for a grid of shape {shape}, got {policy.shape}")
-    skipped = np.zeros(n_cells, dtype=bool) if skip is None else _as_grid("skip", skip, shape).ravel().astype(bool)
+        raise ValueError(
+            f"policy must have shape ({n_cells}, 4) for a grid of shape {shape}, got {policy.shape}"
+        )
+    skipped = (
+        np.zeros(n_cells, dtype=bool)
+        if skip is None
+        else _as_grid("skip", skip, shape).ravel().astype(bool)
+    )
     ax = plt.gca() if ax is None else ax
     for state in np.flatnonzero(~skipped):
         row, col = divmod(int(state), shape[1])
         for (dx, dy), probability in zip(ACTION_ARROWS, policy[state]):
             if probability > 0:
                 length = 0.38 * probability
-                ax.annotate("", xy=(col + dx * length, row + dy * length), xytext=(col, row),
-                            arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2})
+                ax.annotate(
+                    "",
+                    xy=(col + dx * length, row + dy * length),
+                    xytext=(col, row),
+                    arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2},
+                )
     return ax
 
 
-def plot_path(states, shape: tuple[int, int], ax: Axes | None = None, color: str = "tab:blue", label: str | None = None,
-              offset: float = 0.0) -> Axes:
+def plot_path(
+    states,
+    shape: tuple[int, int],
+    ax: Axes | None = None,
+    color: str = "tab:blue",
+    label: str | None = None,
+    offset: float = 0.0,
+) -> Axes:
     """Draw a trajectory of gridworld states (cell indices, row-major) as a line through the cell centres.
 
     ``offset`` shifts the line a little, so that two paths along the same cells stay visible.
     """
     states = np.asarray(states, dtype=int)
     if states.ndim != 1 or states.size == 0:
-        raise ValueError(f"states must be a non-empty 1-D sequence of cell indices, got shape {states.shape}")
+        raise ValueError(
+            f"states must be a non-empty 1-D sequence of cell indices, got shape {states.shape}"
+        )
     if states.min() < 0 or states.max() >= shape[0] * shape[1]:
-        raise ValueError(f"states must be cell indices in [0, {shape[0] * shape[1]}), got {states.min()}..{states.max()}")
+        raise ValueError(
+            f"states must be cell indices in [0, {shape[0] * shape[1]}), got {states.min()}..{states.max()}"
+        )
     rows, cols = np.divmod(states, shape[1])
     ax = plt.gca() if ax is None else ax
     ax.plot(cols + offset, rows + offset, "-o", color=color, markersize=3, linewidth=2, label=label)
     return ax
 
 
-def plot_mean_and_band(x, runs, ax: Axes | None = None, label: str | None = None, color: str | None = None,
-                       band: str = "ci95", statistic: str = "mean", reps: int = 2000, confidence: float = 0.95,
-                       seed: int | None = 0) -> Axes:
+def plot_mean_and_band(
+    x,
+    runs,
+    ax: Axes | None = None,
+    label: str | None = None,
+    color: str | None = None,
+    band: str = "ci95",
+    statistic: str = "mean",
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> Axes:
     """Plot a statistic over runs (rows of ``runs``) against ``x``, with a shaded band.
 
     ``band="ci95"``: the mean, and a 95% confidence interval of it (1.96 standard errors); ``band="std"``:
@@ -186,13 +234,17 @@ def plot_mean_and_band(x, runs, ax: Axes | None = None, label: str | None = None
     """
     runs = np.atleast_2d(np.asarray(runs, dtype=float))
     if runs.shape[1] != len(x):
-        raise ValueError(f"runs must have one column per x value ({len(x)}), got shape {runs.shape}")
+        raise ValueError(
+            f"runs must have one column per x value ({len(x)}), got shape {runs.shape}"
+        )
     if band not in ("ci95", "std", "bootstrap"):
         raise ValueError(f"band must be 'ci95', 'std' or 'bootstrap', got {band!r}")
     if band == "bootstrap":
         centre, low, high = curve_band(runs, statistic, reps=reps, confidence=confidence, seed=seed)
     elif statistic != "mean":
-        raise ValueError(f"statistic must be 'mean' unless band='bootstrap', got {statistic!r} with band={band!r}")
+        raise ValueError(
+            f"statistic must be 'mean' unless band='bootstrap', got {statistic!r} with band={band!r}"
+        )
     else:
         centre = runs.mean(axis=0)
         spread = runs.std(axis=0, ddof=1) if runs.shape[0] > 1 else np.zeros_like(centre)

@@ -29,21 +29,61 @@ from dataclasses import dataclass
 import gymnasium as gym
 import torch
 
-from rlkit.a2c import ActorCriticTrainer, advantages_and_returns, clip_gradients, validate_actor_critic
-from rlkit.losses import approx_kl, clip_fraction, clipped_policy_loss, clipped_value_loss, explained_variance, masked_whiten
+from rlkit.a2c import (
+    ActorCriticTrainer,
+    advantages_and_returns,
+    clip_gradients,
+    validate_actor_critic,
+)
+from rlkit.losses import (
+    approx_kl,
+    clip_fraction,
+    clipped_policy_loss,
+    clipped_value_loss,
+    explained_variance,
+    masked_whiten,
+)
 from rlkit.nets import ActorCritic, FlatAdam
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import BATCHED_ENVS, Rollout, require_registered
-from rlkit.training import (SCHEDULES, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, require,
-                            require_sequence, scheduled)
+from rlkit.training import (
+    SCHEDULES,
+    TrainResult,
+    fit,
+    greedy_returns,
+    is_count,
+    is_finite_number,
+    is_number,
+    require,
+    require_sequence,
+    scheduled,
+)
 
 # CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for environments
 # without a preset.
 DEFAULTS = dict(
-    total_steps=500_000, num_envs=4, num_steps=128, minibatch_size=128, num_epochs=4, learning_rate=2.5e-4,
-    lr_schedule="linear", gamma=0.99, lam=0.95, clip_eps=0.2, clip_schedule="constant", value_clip_eps=0.2,
-    normalize_advantages=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None, optimizer_eps=1e-5,
-    hidden_sizes=(64, 64), activation="tanh", initial_log_std=None, batched_env=False,
+    total_steps=500_000,
+    num_envs=4,
+    num_steps=128,
+    minibatch_size=128,
+    num_epochs=4,
+    learning_rate=2.5e-4,
+    lr_schedule="linear",
+    gamma=0.99,
+    lam=0.95,
+    clip_eps=0.2,
+    clip_schedule="constant",
+    value_clip_eps=0.2,
+    normalize_advantages=True,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+    target_kl=None,
+    optimizer_eps=1e-5,
+    hidden_sizes=(64, 64),
+    activation="tanh",
+    initial_log_std=None,
+    batched_env=False,
 )
 
 
@@ -53,35 +93,46 @@ class PPOConfig:
 
     env_id: str = "CartPole-v1"
     seed: int = 0
-    total_steps: int | None = None  # environment steps, all copies together (rounded down to whole rollouts)
+    # environment steps, all copies together (rounded down to whole rollouts)
+    total_steps: int | None = None
     num_envs: int | None = None  # copies stepped in lockstep
     num_steps: int | None = None  # steps per copy per rollout
-    minibatch_size: int | None = None  # transitions per gradient step; must divide num_envs * num_steps
+    # transitions per gradient step; must divide num_envs * num_steps
+    minibatch_size: int | None = None
     num_epochs: int | None = None  # passes over each rollout
     learning_rate: float | None = None
     lr_schedule: str | None = None  # "linear" (anneal to 0 over training) or "constant"
     gamma: float | None = None
     lam: float | None = None  # GAE's lambda
-    clip_eps: float | None = None  # the ratio is clipped to [1 - clip_eps, 1 + clip_eps] (eq-ppo-clip; math.inf: never)
+    # the ratio is clipped to [1 - clip_eps, 1 + clip_eps] (eq-ppo-clip; math.inf: never)
+    clip_eps: float | None = None
     clip_schedule: str | None = None  # "constant", or "linear" to 0 (rl-baselines3-zoo's CartPole)
-    value_clip_eps: float | None = None  # clip the critic's change per rollout (eq-ppo-value-clip); None: plain MSE
+    # clip the critic's change per rollout (eq-ppo-value-clip); None: plain MSE
+    value_clip_eps: float | None = None
     normalize_advantages: bool | None = None  # whiten the advantages of each minibatch
     ent_coef: float | None = None  # weight of the entropy bonus
-    vf_coef: float | None = None  # weight of the value loss, which is 0.5 * squared error (CleanRL's scale)
+    # weight of the value loss, which is 0.5 * squared error (CleanRL's scale)
+    vf_coef: float | None = None
     max_grad_norm: float | None = None  # clip the global gradient norm (math.inf: never)
-    target_kl: float | None = None  # stop after an epoch that leaves approx-KL on the rollout above it (None: never)
+    # stop after an epoch that leaves approx-KL on the rollout above it (None: never)
+    target_kl: float | None = None
     optimizer_eps: float | None = None  # Adam's eps (1e-5, not PyTorch's 1e-8)
-    hidden_sizes: tuple[int, ...] | None = None  # of both the policy and the value network (no shared layers)
+    # of both the policy and the value network (no shared layers)
+    hidden_sizes: tuple[int, ...] | None = None
     activation: str | None = None
-    initial_log_std: float | None = None  # continuous actions only: the Gaussian's starting log-std (None: 0)
-    batched_env: bool | None = None  # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
+    # continuous actions only: the Gaussian's starting log-std (None: 0)
+    initial_log_std: float | None = None
+    # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
+    batched_env: bool | None = None
     device: str = "cpu"
     progress: bool = False
 
     def __post_init__(self) -> None:
         require_registered(self.env_id)
         fill_from_preset(self, "ppo", DEFAULTS)
-        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
+        self.hidden_sizes = require_sequence(
+            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
+        )
         self._validate()
 
     @property
@@ -98,45 +149,110 @@ class PPOConfig:
         validate_actor_critic(self)
         for name in ("num_envs", "minibatch_size", "num_epochs"):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        require(self.total_steps >= self.batch_size, "total_steps",
-                f">= num_envs * num_steps = {self.batch_size} (one rollout)", self.total_steps)
-        require(self.minibatch_size <= self.batch_size and self.batch_size % self.minibatch_size == 0, "minibatch_size",
-                f"a divisor of num_envs * num_steps = {self.batch_size}", self.minibatch_size)
-        require(is_clip_range(self.clip_eps), "clip_eps", "a number > 0 (math.inf: never clip)", self.clip_eps)
-        require(self.clip_schedule in SCHEDULES, "clip_schedule", f"one of {SCHEDULES}", self.clip_schedule)
-        require(self.value_clip_eps is None or is_clip_range(self.value_clip_eps), "value_clip_eps",
-                "None or a number > 0 (math.inf: never clip)", self.value_clip_eps)
-        require(self.target_kl is None or (is_number(self.target_kl) and self.target_kl > 0), "target_kl",
-                "None or a number > 0", self.target_kl)
-        require(isinstance(self.normalize_advantages, bool), "normalize_advantages", "True or False",
-                self.normalize_advantages)
-        require(not self.normalize_advantages or self.minibatch_size >= 2, "normalize_advantages",
-                "False when minibatch_size < 2 (whitening needs two advantages)", self.normalize_advantages)
-        require(self.initial_log_std is None or (is_finite_number(self.initial_log_std) and -20 <= self.initial_log_std <= 2),
-                "initial_log_std", "None or a number in [-20, 2] (a standard deviation from 2e-9 to 7.4)",
-                self.initial_log_std)
-        require(isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env)
-        require(not self.batched_env or self.env_id in BATCHED_ENVS, "batched_env",
-                f"False for {self.env_id!r} (batched versions exist of {sorted(BATCHED_ENVS)})", self.batched_env)
+        require(
+            self.total_steps >= self.batch_size,
+            "total_steps",
+            f">= num_envs * num_steps = {self.batch_size} (one rollout)",
+            self.total_steps,
+        )
+        require(
+            self.minibatch_size <= self.batch_size and self.batch_size % self.minibatch_size == 0,
+            "minibatch_size",
+            f"a divisor of num_envs * num_steps = {self.batch_size}",
+            self.minibatch_size,
+        )
+        require(
+            is_clip_range(self.clip_eps),
+            "clip_eps",
+            "a number > 0 (math.inf: never clip)",
+            self.clip_eps,
+        )
+        require(
+            self.clip_schedule in SCHEDULES,
+            "clip_schedule",
+            f"one of {SCHEDULES}",
+            self.clip_schedule,
+        )
+        require(
+            self.value_clip_eps is None or is_clip_range(self.value_clip_eps),
+            "value_clip_eps",
+            "None or a number > 0 (math.inf: never clip)",
+            self.value_clip_eps,
+        )
+        require(
+            self.target_kl is None or (is_number(self.target_kl) and self.target_kl > 0),
+            "target_kl",
+            "None or a number > 0",
+            self.target_kl,
+        )
+        require(
+            isinstance(self.normalize_advantages, bool),
+            "normalize_advantages",
+            "True or False",
+            self.normalize_advantages,
+        )
+        require(
+            not self.normalize_advantages or self.minibatch_size >= 2,
+            "normalize_advantages",
+            "False when minibatch_size < 2 (whitening needs two advantages)",
+            self.normalize_advantages,
+        )
+        require(
+            self.initial_log_std is None
+            or (is_finite_number(self.initial_log_std) and -20 <= self.initial_log_std <= 2),
+            "initial_log_std",
+            "None or a number in [-20, 2] (a standard deviation from 2e-9 to 7.4)",
+            self.initial_log_std,
+        )
+        require(
+            isinstance(self.batched_env, bool), "batched_env", "True or False", self.batched_env
+        )
+        require(
+            not self.batched_env or self.env_id in BATCHED_ENVS,
+            "batched_env",
+            f"False for {self.env_id!r} (batched versions exist of {sorted(BATCHED_ENVS)})",
+            self.batched_env,
+        )
 
 
 def is_clip_range(value) -> bool:
     """A clip range: a number > 0 that float32 holds, or math.inf (never clip)."""
-    return is_number(value) and value > 0 and (value == math.inf or value <= torch.finfo(torch.float32).max)
+    return (
+        is_number(value)
+        and value > 0
+        and (value == math.inf or value <= torch.finfo(torch.float32).max)
+    )
 
 
 def make_agent(config: PPOConfig, envs: gym.vector.VectorEnv) -> ActorCritic:
     """A categorical actor-critic for Discrete actions, a Gaussian one for Box actions (flat Box observations)."""
     observations, actions = envs.single_observation_space, envs.single_action_space
-    require(isinstance(observations, gym.spaces.Box) and len(observations.shape) == 1, "env_id",
-            "an environment with flat Box observations", f"{config.env_id} with {observations}")
+    require(
+        isinstance(observations, gym.spaces.Box) and len(observations.shape) == 1,
+        "env_id",
+        "an environment with flat Box observations",
+        f"{config.env_id} with {observations}",
+    )
     continuous = isinstance(actions, gym.spaces.Box)
-    require(continuous and len(actions.shape) == 1 or isinstance(actions, gym.spaces.Discrete) and actions.start == 0,
-            "env_id", "an environment with Discrete (from 0) or flat Box actions", f"{config.env_id} with {actions}")
-    require(continuous or config.initial_log_std is None, "initial_log_std",
-            f"None for {config.env_id}, whose actions are discrete (it sets a Gaussian's spread)", config.initial_log_std)
+    require(
+        continuous
+        and len(actions.shape) == 1
+        or isinstance(actions, gym.spaces.Discrete)
+        and actions.start == 0,
+        "env_id",
+        "an environment with Discrete (from 0) or flat Box actions",
+        f"{config.env_id} with {actions}",
+    )
+    require(
+        continuous or config.initial_log_std is None,
+        "initial_log_std",
+        f"None for {config.env_id}, whose actions are discrete (it sets a Gaussian's spread)",
+        config.initial_log_std,
+    )
     log_std = 0.0 if config.initial_log_std is None else config.initial_log_std
-    return ActorCritic.for_spaces(observations, actions, config.hidden_sizes, config.activation, log_std).to(config.device)
+    return ActorCritic.for_spaces(
+        observations, actions, config.hidden_sizes, config.activation, log_std
+    ).to(config.device)
 
 
 @dataclass
@@ -151,34 +267,53 @@ class Batch:
     returns: torch.Tensor
 
     @classmethod
-    def from_rollout(cls, rollout: Rollout, advantages: torch.Tensor, returns: torch.Tensor) -> "Batch":
-        return cls(rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1), rollout.logprobs.flatten(),
-                   rollout.values.flatten(), advantages.flatten(), returns.flatten())
+    def from_rollout(
+        cls, rollout: Rollout, advantages: torch.Tensor, returns: torch.Tensor
+    ) -> Batch:
+        return cls(
+            rollout.obs.flatten(0, 1),
+            rollout.actions.flatten(0, 1),
+            rollout.logprobs.flatten(),
+            rollout.values.flatten(),
+            advantages.flatten(),
+            returns.flatten(),
+        )
 
     def __len__(self) -> int:
         return self.logprobs.shape[0]
 
-    def take(self, indices: torch.Tensor) -> "Batch":
+    def take(self, indices: torch.Tensor) -> Batch:
         return Batch(*(getattr(self, name)[indices] for name in self.__dataclass_fields__))
 
 
 def minibatches(batch: Batch, minibatch_size: int, generator: torch.Generator):
     """A fresh random permutation of the batch, cut into minibatches (the whole batch when it is one)."""
-    if minibatch_size == len(batch):  # one minibatch per epoch: its order changes no mean, so skip the gather
+    if minibatch_size == len(
+        batch
+    ):  # one minibatch per epoch: its order changes no mean, so skip the gather
         yield batch
         return
     permutation = torch.randperm(len(batch), generator=generator).to(batch.obs.device)
     for start in range(0, len(batch), minibatch_size):
-        yield batch.take(permutation[start:start + minibatch_size])
+        yield batch.take(permutation[start : start + minibatch_size])
 
 
-def ppo_loss(agent: ActorCritic, minibatch: Batch, config: PPOConfig, clip_eps: float,
-             normalize_advantages: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def ppo_loss(
+    agent: ActorCritic,
+    minibatch: Batch,
+    config: PPOConfig,
+    clip_eps: float,
+    normalize_advantages: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """eq-ppo-loss on one minibatch; the loss and its parts ``[policy loss, value loss, entropy]`` (detached)."""
     logprobs, entropies, values = agent.evaluate(minibatch.obs, minibatch.actions)
-    advantages = masked_whiten(minibatch.advantages) if normalize_advantages else minibatch.advantages
+    advantages = (
+        masked_whiten(minibatch.advantages) if normalize_advantages else minibatch.advantages
+    )
     policy_loss = clipped_policy_loss(logprobs, minibatch.logprobs, advantages, clip_eps)
-    value_loss = clipped_value_loss(values, minibatch.values, minibatch.returns, config.value_clip_eps)
+    value_loss = clipped_value_loss(
+        values, minibatch.values, minibatch.returns, config.value_clip_eps
+    )
     entropy_bonus = entropies.mean()
     loss = policy_loss + config.vf_coef * value_loss
     if config.ent_coef:  # with ent_coef = 0 the backward pass skips the entropy's graph
@@ -189,8 +324,15 @@ def ppo_loss(agent: ActorCritic, minibatch: Batch, config: PPOConfig, clip_eps: 
 LOSS_PARTS = ("policy_loss", "value_loss", "entropy")
 
 
-def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: FlatAdam, rollout: Rollout, config: PPOConfig,
-           clip_eps: float, generator: torch.Generator) -> dict[str, float]:
+def update(
+    agent: ActorCritic,
+    flat: torch.nn.Parameter,
+    optimizer: FlatAdam,
+    rollout: Rollout,
+    config: PPOConfig,
+    clip_eps: float,
+    generator: torch.Generator,
+) -> dict[str, float]:
     """``num_epochs`` passes of minibatch gradient steps on one rollout; the metrics of the update.
 
     The losses and the gradient norm are averaged over the steps; approx-KL and the clip fraction compare
@@ -200,7 +342,9 @@ def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: FlatAdam, ro
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     batch = Batch.from_rollout(rollout, advantages, returns)
     normalize_each = config.normalize_advantages
-    if normalize_each and config.minibatch_size == len(batch):  # the minibatch is the batch: whiten it once
+    if normalize_each and config.minibatch_size == len(
+        batch
+    ):  # the minibatch is the batch: whiten it once
         batch.advantages, normalize_each = masked_whiten(batch.advantages), False
     parts, grad_norms = [], []
     for epoch in range(1, config.num_epochs + 1):
@@ -216,8 +360,13 @@ def update(agent: ActorCritic, flat: torch.nn.Parameter, optimizer: FlatAdam, ro
             break  # the policy moved too far from pi_old: stop reusing this rollout
     kl, clipped = change or policy_change(agent, batch, clip_eps)
     metrics = dict(zip(LOSS_PARTS, torch.stack(parts).mean(dim=0).tolist()))
-    metrics.update(grad_norm=sum(grad_norms) / len(grad_norms), approx_kl=kl, clip_fraction=clipped, epochs=epoch,
-                   explained_variance=explained_variance(rollout.values, returns).item())
+    metrics.update(
+        grad_norm=sum(grad_norms) / len(grad_norms),
+        approx_kl=kl,
+        clip_fraction=clipped,
+        epochs=epoch,
+        explained_variance=explained_variance(rollout.values, returns).item(),
+    )
     if agent.continuous:
         metrics["action_std"] = agent.log_std.detach().exp().mean().item()
     return metrics
@@ -227,7 +376,9 @@ def policy_change(agent: ActorCritic, batch: Batch, clip_eps: float) -> tuple[fl
     """``(approx-KL(pi_old || pi), clip fraction)`` of the current policy on ``batch``'s samples."""
     with torch.no_grad():
         logprobs = agent.evaluate(batch.obs, batch.actions)[0]
-        return approx_kl(logprobs, batch.logprobs).item(), clip_fraction(logprobs, batch.logprobs, clip_eps).item()
+        return approx_kl(logprobs, batch.logprobs).item(), clip_fraction(
+            logprobs, batch.logprobs, clip_eps
+        ).item()
 
 
 class PPOTrainer(ActorCriticTrainer):
@@ -236,8 +387,11 @@ class PPOTrainer(ActorCriticTrainer):
     algorithm = "ppo"
 
     def __init__(self, config: PPOConfig):
-        super().__init__(config, make_agent,
-                         lambda flat, config: FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps))
+        super().__init__(
+            config,
+            make_agent,
+            lambda flat, config: FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps),
+        )
         self.generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
 
     def _update(self) -> dict[str, float]:
@@ -246,8 +400,14 @@ class PPOTrainer(ActorCriticTrainer):
         clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
         self.optimizer.lr = learning_rate
         rollout = self.collector.collect()
-        row = {"step": self.collector.env_steps, "learning_rate": learning_rate, "clip_eps": clip_eps,
-               **update(self.agent, self.flat, self.optimizer, rollout, config, clip_eps, self.generator)}
+        row = {
+            "step": self.collector.env_steps,
+            "learning_rate": learning_rate,
+            "clip_eps": clip_eps,
+            **update(
+                self.agent, self.flat, self.optimizer, rollout, config, clip_eps, self.generator
+            ),
+        }
         if rollout.episode_returns:
             row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)
         return row
@@ -270,7 +430,10 @@ def greedy_actions(agent: ActorCritic, action_space: gym.Space):
     if not agent.continuous:
         return agent.greedy
     device = next(agent.parameters()).device
-    low, high = (torch.as_tensor(bound, dtype=torch.float32, device=device) for bound in (action_space.low, action_space.high))
+    low, high = (
+        torch.as_tensor(bound, dtype=torch.float32, device=device)
+        for bound in (action_space.low, action_space.high)
+    )
     return lambda obs: torch.clamp(agent.greedy(obs), low, high)
 
 
@@ -280,4 +443,8 @@ def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> fl
     env = gym.make(result.config.env_id)
     act = greedy_actions(agent, env.action_space)
     env.close()
-    return float(greedy_returns(result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed).mean())
+    return float(
+        greedy_returns(
+            result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed
+        ).mean()
+    )

@@ -33,13 +33,33 @@ from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import require_registered
-from rlkit.training import (StepBudgetTrainer, TrainResult, fit, greedy_returns, is_count, is_finite_number, is_number, is_seed,
-                            require, require_device, require_discrete_actions_and_flat_obs, require_sequence,
-                            seed_everything)
+from rlkit.training import (
+    StepBudgetTrainer,
+    TrainResult,
+    fit,
+    greedy_returns,
+    is_count,
+    is_finite_number,
+    is_number,
+    is_seed,
+    require,
+    require_device,
+    require_discrete_actions_and_flat_obs,
+    require_sequence,
+    seed_everything,
+)
 
 DEFAULTS = dict(
-    total_steps=200_000, episodes_per_update=8, learning_rate=1e-3, value_learning_rate=1e-3, value_epochs=10,
-    gamma=0.99, baseline=True, normalize_advantages=False, hidden_sizes=(64, 64), max_grad_norm=None,
+    total_steps=200_000,
+    episodes_per_update=8,
+    learning_rate=1e-3,
+    value_learning_rate=1e-3,
+    value_epochs=10,
+    gamma=0.99,
+    baseline=True,
+    normalize_advantages=False,
+    hidden_sizes=(64, 64),
+    max_grad_norm=None,
 )
 
 
@@ -50,13 +70,16 @@ class ReinforceConfig:
     env_id: str = "CartPole-v1"
     seed: int = 0
     total_steps: int | None = None  # environment steps of the episodes trained on
-    episodes_per_update: int | None = None  # complete episodes per gradient estimate (one per env copy)
+    # complete episodes per gradient estimate (one per env copy)
+    episodes_per_update: int | None = None
     learning_rate: float | None = None  # policy's Adam step size
     value_learning_rate: float | None = None  # baseline's Adam step size
     value_epochs: int | None = None  # gradient steps on the baseline per update (full batch)
     gamma: float | None = None
-    baseline: bool | None = None  # learn V(s) and subtract it from the return (eq-reinforce-baseline)
-    normalize_advantages: bool | None = None  # whiten G_t - b(s_t) over the batch (a common, biased, trick)
+    # learn V(s) and subtract it from the return (eq-reinforce-baseline)
+    baseline: bool | None = None
+    # whiten G_t - b(s_t) over the batch (a common, biased, trick)
+    normalize_advantages: bool | None = None
     hidden_sizes: tuple[int, ...] | None = None
     max_grad_norm: float | None = None  # clip the policy gradient's global norm (None: never)
     device: str = "cpu"
@@ -65,7 +88,9 @@ class ReinforceConfig:
     def __post_init__(self) -> None:
         require_registered(self.env_id)  # before the preset lookup, which needs a string
         fill_from_preset(self, "reinforce", DEFAULTS)
-        self.hidden_sizes = require_sequence(self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes")
+        self.hidden_sizes = require_sequence(
+            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
+        )
         self._validate()
 
     def _validate(self) -> None:
@@ -73,18 +98,35 @@ class ReinforceConfig:
         for name in ("total_steps", "episodes_per_update", "value_epochs"):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         for name in ("learning_rate", "value_learning_rate", "gamma"):
-            require(is_finite_number(getattr(self, name)), name, "a finite number", getattr(self, name))
+            require(
+                is_finite_number(getattr(self, name)), name, "a finite number", getattr(self, name)
+            )
         for name in ("baseline", "normalize_advantages"):
-            require(isinstance(getattr(self, name), bool), name, "True or False", getattr(self, name))
+            require(
+                isinstance(getattr(self, name), bool), name, "True or False", getattr(self, name)
+            )
         require_device(self.device)
         for name in ("learning_rate", "value_learning_rate"):
-            require(0 < getattr(self, name) <= 1, name, "in (0, 1] (Adam moves each weight by about this much)",
-                    getattr(self, name))
+            require(
+                0 < getattr(self, name) <= 1,
+                name,
+                "in (0, 1] (Adam moves each weight by about this much)",
+                getattr(self, name),
+            )
         require(0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
-        require(self.max_grad_norm is None or (is_number(self.max_grad_norm) and self.max_grad_norm > 0),
-                "max_grad_norm", "> 0 or None", self.max_grad_norm)
-        require(all(is_count(size) for size in self.hidden_sizes), "hidden_sizes", "positive layer sizes (integers)",
-                self.hidden_sizes)
+        require(
+            self.max_grad_norm is None
+            or (is_number(self.max_grad_norm) and self.max_grad_norm > 0),
+            "max_grad_norm",
+            "> 0 or None",
+            self.max_grad_norm,
+        )
+        require(
+            all(is_count(size) for size in self.hidden_sizes),
+            "hidden_sizes",
+            "positive layer sizes (integers)",
+            self.hidden_sizes,
+        )
 
 
 @dataclass
@@ -114,22 +156,34 @@ class EpisodeBatch:
 
 def make_envs(env_id: str, copies: int) -> gym.vector.SyncVectorEnv:
     """``copies`` of ``env_id`` in a vector env with NEXT_STEP autoreset (the mode this module masks for)."""
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(copies)],
-                                    autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-    require_discrete_actions_and_flat_obs(env_id, envs.single_action_space, envs.single_observation_space,
-                                          "REINFORCE here uses a categorical policy")
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(env_id) for _ in range(copies)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    require_discrete_actions_and_flat_obs(
+        env_id,
+        envs.single_action_space,
+        envs.single_observation_space,
+        "REINFORCE here uses a categorical policy",
+    )
     return envs
 
 
-def collect_episodes(envs: gym.vector.VectorEnv, policy: CategoricalPolicy, seed: int | None = None) -> EpisodeBatch:
+def collect_episodes(
+    envs: gym.vector.VectorEnv, policy: CategoricalPolicy, seed: int | None = None
+) -> EpisodeBatch:
     """Play until every copy has finished one episode that started at this call; stack them.
 
     The copies are reset first (``seed`` seeds that reset). A copy that finishes early keeps being stepped
     (a vector env steps all copies) but those steps, starting with its autoreset step, are masked out.
     The batch lives on the policy's device.
     """
-    require(envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.NEXT_STEP, "envs",
-            "a vector env in NEXT_STEP autoreset mode (make_envs builds one)", envs.metadata.get("autoreset_mode"))
+    require(
+        envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.NEXT_STEP,
+        "envs",
+        "a vector env in NEXT_STEP autoreset mode (make_envs builds one)",
+        envs.metadata.get("autoreset_mode"),
+    )
     device = next(policy.parameters()).device
     obs, _ = envs.reset(seed=seed)
     copies = envs.num_envs
@@ -141,18 +195,41 @@ def collect_episodes(envs: gym.vector.VectorEnv, policy: CategoricalPolicy, seed
             obs_tensor = torch.as_tensor(obs, dtype=torch.float32, device=device)
             actions = policy.distribution(obs_tensor).sample()
             next_obs, rewards, terminated, truncated, _ = envs.step(actions.cpu().numpy())
-            steps.append((obs_tensor, actions, rewards, running.copy(), terminated & running, truncated & running))
+            steps.append(
+                (
+                    obs_tensor,
+                    actions,
+                    rewards,
+                    running.copy(),
+                    terminated & running,
+                    truncated & running,
+                )
+            )
             ended = running & (terminated | truncated)
-            final_obs[ended] = next_obs[ended]  # NEXT_STEP mode: the step's observation is the final one
+            final_obs[ended] = next_obs[
+                ended
+            ]  # NEXT_STEP mode: the step's observation is the final one
             running &= ~ended
             obs = next_obs
-    stacked = [torch.stack([torch.as_tensor(step[i], device=device) for step in steps], dim=1) for i in range(6)]
+    stacked = [
+        torch.stack([torch.as_tensor(step[i], device=device) for step in steps], dim=1)
+        for i in range(6)
+    ]
     obs_batch, actions, rewards, mask, terminated, truncated = stacked
-    return EpisodeBatch(obs_batch, actions, rewards.float(), mask.float(), terminated.float(), truncated.float(),
-                        torch.as_tensor(final_obs, dtype=torch.float32, device=device))
+    return EpisodeBatch(
+        obs_batch,
+        actions,
+        rewards.float(),
+        mask.float(),
+        terminated.float(),
+        truncated.float(),
+        torch.as_tensor(final_obs, dtype=torch.float32, device=device),
+    )
 
 
-def returns_to_go(batch: EpisodeBatch, gamma: float, value: ValueNetwork | None = None) -> torch.Tensor:
+def returns_to_go(
+    batch: EpisodeBatch, gamma: float, value: ValueNetwork | None = None
+) -> torch.Tensor:
     """``G_t = r_t + gamma G_{t+1}`` within each episode (eq-return-recursive), 0 on masked steps.
 
     With ``value``, a truncated episode's last reward gets ``gamma * V(final observation)`` added: the
@@ -168,7 +245,9 @@ def returns_to_go(batch: EpisodeBatch, gamma: float, value: ValueNetwork | None 
     return discounted_returns(rewards, gamma, dones=ends) * batch.mask
 
 
-def reinforce_loss(policy: CategoricalPolicy, batch: EpisodeBatch, advantages: torch.Tensor) -> torch.Tensor:
+def reinforce_loss(
+    policy: CategoricalPolicy, batch: EpisodeBatch, advantages: torch.Tensor
+) -> torch.Tensor:
     """The surrogate whose gradient is eq-reinforce-baseline: ``policy_gradient_loss`` (a mean over valid
     steps) rescaled to a sum over steps divided by the number of episodes."""
     logprobs = policy.distribution(batch.obs).log_prob(batch.actions)
@@ -176,7 +255,9 @@ def reinforce_loss(policy: CategoricalPolicy, batch: EpisodeBatch, advantages: t
     return policy_gradient_loss(logprobs, advantages, batch.mask) * steps_per_episode
 
 
-def advantages_of(batch: EpisodeBatch, returns: torch.Tensor, value: ValueNetwork | None, normalize: bool) -> torch.Tensor:
+def advantages_of(
+    batch: EpisodeBatch, returns: torch.Tensor, value: ValueNetwork | None, normalize: bool
+) -> torch.Tensor:
     """``G_t - V(s_t)`` with a baseline, ``G_t`` without; whitened over valid steps when ``normalize``."""
     advantages = returns
     if value is not None:
@@ -185,8 +266,13 @@ def advantages_of(batch: EpisodeBatch, returns: torch.Tensor, value: ValueNetwor
     return masked_whiten(advantages, batch.mask) if normalize else advantages
 
 
-def fit_value(value: ValueNetwork, optimizer: torch.optim.Optimizer, batch: EpisodeBatch, returns: torch.Tensor,
-              epochs: int) -> float:
+def fit_value(
+    value: ValueNetwork,
+    optimizer: torch.optim.Optimizer,
+    batch: EpisodeBatch,
+    returns: torch.Tensor,
+    epochs: int,
+) -> float:
     """Regress ``V(s_t)`` on the returns ``G_t`` (mean squared error over valid steps); the last loss."""
     for _ in range(epochs):
         loss = masked_mean((value(batch.obs) - returns) ** 2, batch.mask)
@@ -205,17 +291,29 @@ class ReinforceTrainer(StepBudgetTrainer):
         super().__init__(config)
         seed_everything(config.seed)
         self.envs = make_envs(config.env_id, config.episodes_per_update)
-        obs_dim, n_actions = self.envs.single_observation_space.shape[0], int(self.envs.single_action_space.n)
+        obs_dim, n_actions = (
+            self.envs.single_observation_space.shape[0],
+            int(self.envs.single_action_space.n),
+        )
         self.policy = CategoricalPolicy(obs_dim, n_actions, config.hidden_sizes).to(config.device)
-        self.value = ValueNetwork(obs_dim, config.hidden_sizes).to(config.device) if config.baseline else None
+        self.value = (
+            ValueNetwork(obs_dim, config.hidden_sizes).to(config.device)
+            if config.baseline
+            else None
+        )
         self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
-        self.value_optimizer = (torch.optim.Adam(self.value.parameters(), lr=config.value_learning_rate)
-                                if self.value is not None else None)
+        self.value_optimizer = (
+            torch.optim.Adam(self.value.parameters(), lr=config.value_learning_rate)
+            if self.value is not None
+            else None
+        )
         self.env_steps = 0
 
     def _update(self) -> dict[str, float]:
         config, value = self.config, self.value
-        batch = collect_episodes(self.envs, self.policy, seed=config.seed if self.updates_done == 0 else None)
+        batch = collect_episodes(
+            self.envs, self.policy, seed=config.seed if self.updates_done == 0 else None
+        )
         returns = returns_to_go(batch, config.gamma, value)
         advantages = advantages_of(batch, returns, value, config.normalize_advantages)
         loss = reinforce_loss(self.policy, batch, advantages)
@@ -224,17 +322,29 @@ class ReinforceTrainer(StepBudgetTrainer):
         grad_norm = _clip(self.policy, config.max_grad_norm)
         self.policy_optimizer.step()
         self.env_steps += batch.num_steps
-        row = {"step": self.env_steps, "episode_return": float(batch.episode_returns.mean()), "policy_loss": loss.item(),
-               "grad_norm": grad_norm}
+        row = {
+            "step": self.env_steps,
+            "episode_return": float(batch.episode_returns.mean()),
+            "policy_loss": loss.item(),
+            "grad_norm": grad_norm,
+        }
         if value is not None:
-            row["value_loss"] = fit_value(value, self.value_optimizer, batch, returns, config.value_epochs)
+            row["value_loss"] = fit_value(
+                value, self.value_optimizer, batch, returns, config.value_epochs
+            )
         return row
 
     def _state(self) -> dict:
-        state = {"policy": self.policy.state_dict(), "policy_optimizer": self.policy_optimizer.state_dict(),
-                 "steps": self.env_steps, "envs": env_state(self.envs)}
+        state = {
+            "policy": self.policy.state_dict(),
+            "policy_optimizer": self.policy_optimizer.state_dict(),
+            "steps": self.env_steps,
+            "envs": env_state(self.envs),
+        }
         if self.value is not None:
-            state.update(value=self.value.state_dict(), value_optimizer=self.value_optimizer.state_dict())
+            state.update(
+                value=self.value.state_dict(), value_optimizer=self.value_optimizer.state_dict()
+            )
         return state
 
     def _load_state(self, state: dict) -> None:
@@ -259,8 +369,15 @@ def train(config: ReinforceConfig) -> TrainResult:
     return fit(ReinforceTrainer(config), config.progress)
 
 
-def gradient_estimates(policy: CategoricalPolicy, baseline: ValueNetwork, env_id: str, batches: int,
-                       episodes_per_batch: int, gamma: float = 0.99, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def gradient_estimates(
+    policy: CategoricalPolicy,
+    baseline: ValueNetwork,
+    env_id: str,
+    batches: int,
+    episodes_per_batch: int,
+    gamma: float = 0.99,
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample ``batches`` independent batches with the fixed ``policy``; return the policy-gradient estimates
     of eq-reinforce-gradient (no baseline) and eq-reinforce-baseline (``baseline``), ``[batches, n_params]`` each.
 
@@ -275,7 +392,9 @@ def gradient_estimates(policy: CategoricalPolicy, baseline: ValueNetwork, env_id
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for index in range(batches):
-            _append_gradients(policy, baseline, envs, gamma, seed if index == 0 else None, without, with_baseline)
+            _append_gradients(
+                policy, baseline, envs, gamma, seed if index == 0 else None, without, with_baseline
+            )
     envs.close()
     return torch.stack(without), torch.stack(with_baseline)
 
@@ -284,18 +403,27 @@ def _append_gradients(policy, baseline, envs, gamma, seed, without, with_baselin
     """One batch: append its gradient estimate without and with the baseline."""
     batch = collect_episodes(envs, policy, seed=seed)
     returns = returns_to_go(batch, gamma)
-    for advantages, out in ((returns, without), (advantages_of(batch, returns, baseline, False), with_baseline)):
+    for advantages, out in (
+        (returns, without),
+        (advantages_of(batch, returns, baseline, False), with_baseline),
+    ):
         policy.zero_grad()
         reinforce_loss(policy, batch, advantages).backward()
         out.append(torch.cat([-p.grad.flatten() for p in policy.parameters()]))  # ascent direction
 
 
 def _clip(module: torch.nn.Module, max_norm: float | None) -> float:
-    norm = torch.nn.utils.clip_grad_norm_(module.parameters(), float("inf") if max_norm is None else max_norm)
+    norm = torch.nn.utils.clip_grad_norm_(
+        module.parameters(), float("inf") if max_norm is None else max_norm
+    )
     return float(norm)
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
     policy, device = result.agent.eval(), result.config.device
-    return float(greedy_returns(result.config.env_id, lambda obs: policy.greedy(obs.to(device)), episodes, seed).mean())
+    return float(
+        greedy_returns(
+            result.config.env_id, lambda obs: policy.greedy(obs.to(device)), episodes, seed
+        ).mean()
+    )

@@ -21,8 +21,16 @@ __all__ = ["record_gif"]
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 
-def record_gif(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], path: str | Path, seed: int = 0,
-               max_steps: int = 500, fps: int = 30, every: int = 2, width: int = 300) -> float:
+def record_gif(
+    env_id: str,
+    act: Callable[[torch.Tensor], torch.Tensor],
+    path: str | Path,
+    seed: int = 0,
+    max_steps: int = 500,
+    fps: int = 30,
+    every: int = 2,
+    width: int = 300,
+) -> float:
     """Play one episode of ``env_id`` with ``act(obs_batch) -> actions``, save it as a GIF, return its return.
 
     ``every`` keeps one frame in ``every`` (a 500-step CartPole episode stays a small file); ``width``
@@ -38,7 +46,9 @@ def record_gif(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], path: s
     with torch.inference_mode():
         for step in range(max_steps):
             action = act(torch.as_tensor(obs, dtype=torch.float32)[None])[0].cpu().numpy()
-            obs, reward, terminated, truncated, _ = env.step(action if action.ndim else action.item())
+            obs, reward, terminated, truncated, _ = env.step(
+                action if action.ndim else action.item()
+            )
             total += float(reward)
             if step % every == every - 1 or terminated or truncated:
                 frames.append(env.render())
@@ -46,7 +56,13 @@ def record_gif(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], path: s
                 break
     env.close()
     images = [_resized(frame, width) for frame in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=_gif_duration_ms(every / fps), loop=0)
+    images[0].save(
+        path,
+        save_all=True,
+        append_images=images[1:],
+        duration=_gif_duration_ms(every / fps),
+        loop=0,
+    )
     return total
 
 

@@ -14,16 +14,23 @@ import csv
 import dataclasses
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from rlkit import a2c, a3c, dqn, ppo, reinforce
-from rlkit.checkpoint import (CheckpointError, global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state,
-                              write_atomically)
+from rlkit.checkpoint import (
+    CheckpointError,
+    global_rng_state,
+    load_checkpoint,
+    save_checkpoint,
+    set_global_rng_state,
+    write_atomically,
+)
 from rlkit.training import Trainer, TrainResult, fit, require_finite_weights
 
 CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE = "config.json", "metrics.csv", "checkpoint.pt"
@@ -38,7 +45,9 @@ class Algorithm:
     trainer: type[Trainer] | None  # None: cannot be checkpointed mid-run (A3C)
     module: Any  # has train, evaluate
 
-    def greedy_policy(self, result: TrainResult, action_space) -> Callable[[torch.Tensor], torch.Tensor]:
+    def greedy_policy(
+        self, result: TrainResult, action_space
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
         """``obs -> actions`` of the trained agent's greedy policy."""
         if self.name == "dqn":
             return lambda obs: result.agent(obs).argmax(dim=-1)
@@ -47,13 +56,16 @@ class Algorithm:
         return result.agent.greedy
 
 
-ALGORITHMS = {algorithm.name: algorithm for algorithm in (
-    Algorithm("dqn", dqn.DQNConfig, dqn.DQNTrainer, dqn),
-    Algorithm("reinforce", reinforce.ReinforceConfig, reinforce.ReinforceTrainer, reinforce),
-    Algorithm("a2c", a2c.A2CConfig, a2c.A2CTrainer, a2c),
-    Algorithm("a3c", a3c.A3CConfig, None, a3c),
-    Algorithm("ppo", ppo.PPOConfig, ppo.PPOTrainer, ppo),
-)}
+ALGORITHMS = {
+    algorithm.name: algorithm
+    for algorithm in (
+        Algorithm("dqn", dqn.DQNConfig, dqn.DQNTrainer, dqn),
+        Algorithm("reinforce", reinforce.ReinforceConfig, reinforce.ReinforceTrainer, reinforce),
+        Algorithm("a2c", a2c.A2CConfig, a2c.A2CTrainer, a2c),
+        Algorithm("a3c", a3c.A3CConfig, None, a3c),
+        Algorithm("ppo", ppo.PPOConfig, ppo.PPOTrainer, ppo),
+    )
+}
 
 
 class RunError(RuntimeError):
@@ -68,6 +80,7 @@ def algorithm_named(name: str) -> Algorithm:
 
 # The run folder ---------------------------------------------------------------------------------------
 
+
 def prepare_folder(out: str | Path, resume: bool) -> Path:
     """Check that ``out`` can hold the run before any training: a new run needs an empty or new folder
     (nothing already saved is overwritten), a resumed one a folder with a run; both must be writable."""
@@ -76,20 +89,28 @@ def prepare_folder(out: str | Path, resume: bool) -> Path:
         if not (out / CONFIG_FILE).is_file():
             raise RunError(f"--resume {out}: no run there (no {CONFIG_FILE})")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise RunError(f"--out {out} already exists and is not an empty folder: choose another name, or continue "
-                       f"that run with --resume {out}")
+        raise RunError(
+            f"--out {out} already exists and is not an empty folder: choose another name, or continue "
+            f"that run with --resume {out}"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        raise RunError(f"--out {out} is not a writable folder ({error.strerror or error})") from None
+        raise RunError(
+            f"--out {out} is not a writable folder ({error.strerror or error})"
+        ) from None
     return out
 
 
 def save_config(out: Path, algorithm: str, config, checkpoint_every: int = 10) -> None:
-    saved = {"algorithm": algorithm, "checkpoint_every": checkpoint_every, "config": dataclasses.asdict(config)}
+    saved = {
+        "algorithm": algorithm,
+        "checkpoint_every": checkpoint_every,
+        "config": dataclasses.asdict(config),
+    }
     _write_atomically(out / CONFIG_FILE, json.dumps(saved, indent=2, default=_json_number))
 
 
@@ -100,8 +121,14 @@ def read_saved_config(out: str | Path) -> dict:
         raise RunError(f"{out}: no run there (no {CONFIG_FILE})")
     try:
         saved = json.loads(path.read_text())
-        if not (isinstance(saved, dict) and saved.get("algorithm") in ALGORITHMS and isinstance(saved.get("config"), dict)):
-            raise ValueError(f"it needs an 'algorithm' (one of {sorted(ALGORITHMS)}) and a 'config' object")
+        if not (
+            isinstance(saved, dict)
+            and saved.get("algorithm") in ALGORITHMS
+            and isinstance(saved.get("config"), dict)
+        ):
+            raise ValueError(
+                f"it needs an 'algorithm' (one of {sorted(ALGORITHMS)}) and a 'config' object"
+            )
     except ValueError as error:  # json.JSONDecodeError is a ValueError
         raise RunError(f"{path} is not a run's config: {error}") from None
     return saved
@@ -115,7 +142,9 @@ def load_config(out: str | Path, device: str | None = None):
     known = {field.name for field in dataclasses.fields(algorithm.config)}
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise RunError(f"{Path(out) / CONFIG_FILE}: {', '.join(unknown)} not fields of {algorithm.config.__name__}")
+        raise RunError(
+            f"{Path(out) / CONFIG_FILE}: {', '.join(unknown)} not fields of {algorithm.config.__name__}"
+        )
     return algorithm, algorithm.config(**fields)
 
 
@@ -141,7 +170,10 @@ def read_metrics(out: str | Path) -> dict[str, np.ndarray]:
     with open(path, newline="") as file:
         rows = list(csv.DictReader(file))
     columns = rows[0].keys() if rows else []
-    return {name: np.array([float(row[name]) if row[name] != "" else np.nan for row in rows]) for name in columns}
+    return {
+        name: np.array([float(row[name]) if row[name] != "" else np.nan for row in rows])
+        for name in columns
+    }
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -150,33 +182,49 @@ def _write_atomically(path: Path, text: str) -> None:
 
 # Training ---------------------------------------------------------------------------------------------
 
-def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int | None = None,
-              resume: bool = False) -> TrainResult:
+
+def train_run(
+    algorithm: str,
+    config,
+    out: str | Path,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+) -> TrainResult:
     """Train ``config`` into the run folder ``out`` (or continue the run there with ``resume``), writing a
     checkpoint and the metrics every ``checkpoint_every`` updates (default 10; on resume, the run's own)
     and at the end. A checkpoint is written only from finite weights."""
     if checkpoint_every is None:
         checkpoint_every = read_saved_config(out).get("checkpoint_every", 10) if resume else 10
-    if not (isinstance(checkpoint_every, int) and not isinstance(checkpoint_every, bool) and checkpoint_every >= 1):
+    if not (
+        isinstance(checkpoint_every, int)
+        and not isinstance(checkpoint_every, bool)
+        and checkpoint_every >= 1
+    ):
         raise ValueError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
     spec = algorithm_named(algorithm)
     out = prepare_folder(out, resume)
     if resume and spec.trainer is None:
-        raise RunError(f"{spec.name} runs cannot be resumed: its workers update the model asynchronously, "
-                       "so no state between two updates describes the whole run")
+        raise RunError(
+            f"{spec.name} runs cannot be resumed: its workers update the model asynchronously, "
+            "so no state between two updates describes the whole run"
+        )
     if spec.trainer is None:
         save_config(out, spec.name, config, checkpoint_every)
         result = spec.module.train(config)
         save_checkpoint(_final_state(spec, result), out / CHECKPOINT_FILE)
         write_metrics(out, result.history)
         return result
-    trainer = spec.trainer(config)  # builds the envs and the agent: a config they refuse leaves no run behind
+    trainer = spec.trainer(
+        config
+    )  # builds the envs and the agent: a config they refuse leaves no run behind
     try:
         if not resume:
             save_config(out, spec.name, config, checkpoint_every)
         elif (out / CHECKPOINT_FILE).is_file():
             trainer.load_state_dict(load_checkpoint(out / CHECKPOINT_FILE))
-            write_metrics(out, trainer.history)  # a crash may have come between the checkpoint and the metrics
+            write_metrics(
+                out, trainer.history
+            )  # a crash may have come between the checkpoint and the metrics
         logger = _tensorboard(out, trainer.history[-1]["step"] + 1 if trainer.history else None)
     except BaseException:
         trainer.close()
@@ -189,13 +237,18 @@ def train_run(algorithm: str, config, out: str | Path, checkpoint_every: int | N
             for row in trainer.history[logged:]:  # DQN's last call may add no row
                 for name, value in row.items():
                     if name != "step":
-                        logger.add_scalar(name, value, row["step"])  # x-axis: environment steps, as in rlkit plot
+                        logger.add_scalar(
+                            name, value, row["step"]
+                        )  # x-axis: environment steps, as in rlkit plot
         logged = len(trainer.history)
         if trainer.updates_done % checkpoint_every == 0 or trainer.finished:
             for module in trainer.modules():
-                require_finite_weights(module, f"after update {trainer.updates_done} ({spec.name}, {config.env_id}, "
-                                               f"seed {config.seed}); the last checkpoint holds update "
-                                               f"{_saved_updates(out)}")
+                require_finite_weights(
+                    module,
+                    f"after update {trainer.updates_done} ({spec.name}, {config.env_id}, "
+                    f"seed {config.seed}); the last checkpoint holds update "
+                    f"{_saved_updates(out)}",
+                )
             save_checkpoint(trainer.state_dict(), out / CHECKPOINT_FILE)
             write_metrics(out, trainer.history)
 
@@ -213,7 +266,12 @@ def _saved_updates(out: Path):
 
 def _final_state(spec: Algorithm, result: TrainResult) -> dict:
     """The end of a run that has no resumable state (A3C): the weights and the history."""
-    return {"algorithm": spec.name, "resumable": False, "agent": result.agent.state_dict(), "history": result.history}
+    return {
+        "algorithm": spec.name,
+        "resumable": False,
+        "agent": result.agent.state_dict(),
+        "history": result.history,
+    }
 
 
 def _tensorboard(out: Path, purge_step: int | None):
@@ -228,13 +286,16 @@ def _tensorboard(out: Path, purge_step: int | None):
 
 # Using a finished (or interrupted) run --------------------------------------------------------------
 
+
 def load_run(out: str | Path, device: str | None = None) -> tuple[Algorithm, TrainResult]:
     """The run in ``out`` as a ``TrainResult`` with the agent of its latest checkpoint, on ``device`` (None:
     the run's own). The caller's random generators are left as they were."""
     spec, config = load_config(out, device)
     path = Path(out) / CHECKPOINT_FILE
     if not path.is_file():
-        raise RunError(f"{out}: no {CHECKPOINT_FILE} yet (the run stopped before its first checkpoint)")
+        raise RunError(
+            f"{out}: no {CHECKPOINT_FILE} yet (the run stopped before its first checkpoint)"
+        )
     state = load_checkpoint(path)
     generators = global_rng_state()
     try:
@@ -254,50 +315,77 @@ def load_run(out: str | Path, device: str | None = None) -> tuple[Algorithm, Tra
         set_global_rng_state(generators)
 
 
-def evaluate_run(out: str | Path, episodes: int = 100, seed: int = 10_000, device: str | None = None) -> np.ndarray:
+def evaluate_run(
+    out: str | Path, episodes: int = 100, seed: int = 10_000, device: str | None = None
+) -> np.ndarray:
     """The greedy policy's undiscounted return in each of ``episodes`` episodes (seeds unlike training's)."""
     import gymnasium as gym
 
     from rlkit.training import greedy_returns
+
     spec, result = load_run(out, device)
     env = gym.make(result.config.env_id)
     act = spec.greedy_policy(result, env.action_space)
     env.close()
     device = result.config.device
-    return greedy_returns(result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed)
+    return greedy_returns(
+        result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed
+    )
 
 
 # Learning curves over seeds ------------------------------------------------------------------------------
+
 
 def run_groups(paths: list[str | Path]) -> dict[str, list[Path]]:
     """Each path is a run folder (a curve of its own) or a folder of run folders (the seeds of one curve)."""
     groups = {}
     for path in map(Path, paths):
-        runs = [path] if (path / METRICS_FILE).is_file() else sorted(p for p in path.glob("*") if (p / METRICS_FILE).is_file())
+        runs = (
+            [path]
+            if (path / METRICS_FILE).is_file()
+            else sorted(p for p in path.glob("*") if (p / METRICS_FILE).is_file())
+        )
         if not runs:
-            raise RunError(f"{path}: neither a run folder nor a folder of runs (no {METRICS_FILE} found)")
+            raise RunError(
+                f"{path}: neither a run folder nor a folder of runs (no {METRICS_FILE} found)"
+            )
         label = path.name or str(path)
-        groups[label if label not in groups else str(path)] = runs  # two folders of one name: their full paths
+        groups[label if label not in groups else str(path)] = (
+            runs  # two folders of one name: their full paths
+        )
     return groups
 
 
-def plot_runs(paths: list[str | Path], metric: str = "episode_return", statistic: str = "mean",
-              out: str | Path = "curves.png", points: int = 100) -> None:
+def plot_runs(
+    paths: list[str | Path],
+    metric: str = "episode_return",
+    statistic: str = "mean",
+    out: str | Path = "curves.png",
+    points: int = 100,
+) -> None:
     """Learning curves of ``metric`` against environment steps, one per group (``run_groups``): the
     ``statistic`` over its seeds with a 95% stratified-bootstrap band (``rlkit.evaluation.curve_band``).
     Runs are interpolated onto the steps that all runs of a group reached."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from rlkit.plotting import plot_mean_and_band
+
     figure, ax = plt.subplots(figsize=(7, 4))
     for label, runs in run_groups(paths).items():
         curves = [_curve(run, metric) for run in runs]
         grid = np.linspace(max(c[0][0] for c in curves), min(c[0][-1] for c in curves), points)
         values = np.array([np.interp(grid, steps, ys) for steps, ys in curves])
-        plot_mean_and_band(grid, values, ax, label=f"{label} ({len(runs)} run{'s' * (len(runs) > 1)})",
-                           band="bootstrap", statistic=statistic)
+        plot_mean_and_band(
+            grid,
+            values,
+            ax,
+            label=f"{label} ({len(runs)} run{'s' * (len(runs) > 1)})",
+            band="bootstrap",
+            statistic=statistic,
+        )
     ax.set_xlabel("environment steps")
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title(f"{statistic} over runs, with a 95% stratified-bootstrap band", fontsize=10)
@@ -311,12 +399,24 @@ def _curve(run: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, values)`` of one run's metric, rows without the metric dropped."""
     metrics = read_metrics(run)
     if metric not in metrics:
-        raise RunError(f"{run}: no metric {metric!r} in {METRICS_FILE}; it has {', '.join(metrics)}")
+        raise RunError(
+            f"{run}: no metric {metric!r} in {METRICS_FILE}; it has {', '.join(metrics)}"
+        )
     keep = ~np.isnan(metrics[metric])
     if keep.sum() == 0:
         raise RunError(f"{run}: the metric {metric!r} has no values yet")
     return metrics["step"][keep], metrics[metric][keep]
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "CheckpointError", "RunError", "evaluate_run", "load_run", "plot_runs", "read_metrics",
-           "train_run", "write_metrics"]
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "CheckpointError",
+    "RunError",
+    "evaluate_run",
+    "load_run",
+    "plot_runs",
+    "read_metrics",
+    "train_run",
+    "write_metrics",
+]

@@ -11,7 +11,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-
 from tqdm.auto import tqdm
 
 import rlkit.envs  # noqa: F401  (registers the rlkit/ environments)
@@ -77,27 +76,61 @@ def require_device(device: Any) -> None:
     """A ValueError naming ``device`` unless it is "cpu", or a CUDA or MPS device this machine has."""
     try:
         parsed = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):  # ValueError: an index too large for C's long long
-        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    except (
+        RuntimeError,
+        TypeError,
+        ValueError,
+    ):  # ValueError: an index too large for C's long long
+        raise ValueError(
+            f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}"
+        ) from None
     kind = parsed.type
-    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
-    require(available.get(kind, False), "device", f"'cpu' or an available device (CUDA: {available['cuda']}, "
-            f"MPS: {available['mps']})", device)
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }
+    require(
+        available.get(kind, False),
+        "device",
+        f"'cpu' or an available device (CUDA: {available['cuda']}, MPS: {available['mps']})",
+        device,
+    )
     if kind == "cuda" and parsed.index is not None:
-        require(parsed.index < torch.cuda.device_count(), "device",
-                f"a CUDA device this machine has (indices 0 to {torch.cuda.device_count() - 1})", device)
+        require(
+            parsed.index < torch.cuda.device_count(),
+            "device",
+            f"a CUDA device this machine has (indices 0 to {torch.cuda.device_count() - 1})",
+            device,
+        )
 
 
-def require_discrete_actions_and_flat_obs(env_id: str, action_space, observation_space, algorithm: str) -> None:
+def require_discrete_actions_and_flat_obs(
+    env_id: str, action_space, observation_space, algorithm: str
+) -> None:
     """Raise ``ValueError`` naming ``env_id`` unless the env has Discrete actions and flat Box observations."""
-    require(isinstance(action_space, gym.spaces.Discrete), "env_id", f"an environment with Discrete actions ({algorithm})",
-            f"{env_id} with {action_space}")
-    require(isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1, "env_id",
-            "an environment with flat Box observations", f"{env_id} with {observation_space}")
+    require(
+        isinstance(action_space, gym.spaces.Discrete),
+        "env_id",
+        f"an environment with Discrete actions ({algorithm})",
+        f"{env_id} with {action_space}",
+    )
+    require(
+        isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1,
+        "env_id",
+        "an environment with flat Box observations",
+        f"{env_id} with {observation_space}",
+    )
 
 
-def greedy_returns(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], episodes: int = 100, seed: int = 10_000,
-                   num_envs: int = 10, env_kwargs: dict | None = None) -> np.ndarray:
+def greedy_returns(
+    env_id: str,
+    act: Callable[[torch.Tensor], torch.Tensor],
+    episodes: int = 100,
+    seed: int = 10_000,
+    num_envs: int = 10,
+    env_kwargs: dict | None = None,
+) -> np.ndarray:
     """Undiscounted returns of ``episodes`` full episodes, acting with ``act(obs_batch) -> actions``.
 
     Runs ``num_envs`` copies at once and counts only each copy's first ``episodes / num_envs`` episodes,
@@ -106,8 +139,10 @@ def greedy_returns(env_id: str, act: Callable[[torch.Tensor], torch.Tensor], epi
     require(episodes >= 1, "episodes", ">= 1", episodes)
     num_envs = min(num_envs, episodes)
     per_env = -(-episodes // num_envs)
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id, **(env_kwargs or {})) for _ in range(num_envs)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(env_id, **(env_kwargs or {})) for _ in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     obs, _ = envs.reset(seed=seed)
     running, finished = np.zeros(num_envs), [[] for _ in range(num_envs)]
     with torch.inference_mode():
@@ -135,8 +170,12 @@ class TrainingDiverged(RuntimeError):
     """A loss, a gradient norm or another logged quantity turned NaN or infinite."""
 
 
-MAY_BE_UNDEFINED = frozenset({"explained_variance"})  # NaN by definition when every return is the same (Var[R] = 0)
-SETTINGS = frozenset({"learning_rate", "clip_eps", "epsilon"})  # scheduled hyperparameters, not measurements (inf: never clip)
+MAY_BE_UNDEFINED = frozenset(
+    {"explained_variance"}
+)  # NaN by definition when every return is the same (Var[R] = 0)
+SETTINGS = frozenset(
+    {"learning_rate", "clip_eps", "epsilon"}
+)  # scheduled hyperparameters, not measurements (inf: never clip)
 
 
 class Trainer:
@@ -180,11 +219,18 @@ class Trainer:
         row = self._update()
         if row is None:
             return None
-        bad = [name for name, value in row.items()
-               if not math.isfinite(value) and name not in SETTINGS and not (name in MAY_BE_UNDEFINED and math.isnan(value))]
+        bad = [
+            name
+            for name, value in row.items()
+            if not math.isfinite(value)
+            and name not in SETTINGS
+            and not (name in MAY_BE_UNDEFINED and math.isnan(value))
+        ]
         if bad:
-            raise TrainingDiverged(f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
-                                   f"({self.algorithm}, {self.subject}, seed {self.config.seed})")
+            raise TrainingDiverged(
+                f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
+                f"({self.algorithm}, {self.subject}, seed {self.config.seed})"
+            )
         self.updates_done += 1
         self.history.append(row)
         return row
@@ -194,14 +240,24 @@ class Trainer:
 
     def state_dict(self) -> dict:
         """Everything the next update depends on, as plain tensors and numbers (``torch.load(weights_only=True)``)."""
-        return {"algorithm": self.algorithm, "updates_done": self.updates_done, "history": self.history,
-                "global_rng": global_rng_state(), **self._state()}
+        return {
+            "algorithm": self.algorithm,
+            "updates_done": self.updates_done,
+            "history": self.history,
+            "global_rng": global_rng_state(),
+            **self._state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("algorithm") != self.algorithm:
-            raise CheckpointError(f"the checkpoint is of {state.get('algorithm')!r}, not {self.algorithm!r}")
+            raise CheckpointError(
+                f"the checkpoint is of {state.get('algorithm')!r}, not {self.algorithm!r}"
+            )
         self._load_state(state)
-        self.updates_done, self.history = state["updates_done"], [dict(row) for row in state["history"]]
+        self.updates_done, self.history = (
+            state["updates_done"],
+            [dict(row) for row in state["history"]],
+        )
         set_global_rng_state(state["global_rng"])
 
     def _state(self) -> dict:
@@ -249,21 +305,31 @@ def require_finite_weights(module: torch.nn.Module, when: str) -> None:
             raise TrainingDiverged(f"{when}: the weights {name} are not finite")
 
 
-def fit(trainer: Trainer, progress: bool = False, after_update: Callable[[Trainer], None] | None = None) -> TrainResult:
+def fit(
+    trainer: Trainer, progress: bool = False, after_update: Callable[[Trainer], None] | None = None
+) -> TrainResult:
     """Run ``trainer``'s remaining updates (with a progress bar); ``after_update(trainer)`` after each. Closes it."""
     config = trainer.config
     try:
         done, total = trainer.progress
-        with tqdm(total=total, initial=done, disable=not progress, unit=trainer.progress_unit,
-                  desc=f"{trainer.algorithm} {trainer.subject}") as bar:
+        with tqdm(
+            total=total,
+            initial=done,
+            disable=not progress,
+            unit=trainer.progress_unit,
+            desc=f"{trainer.algorithm} {trainer.subject}",
+        ) as bar:
             while not trainer.finished:
                 trainer.run_update()
                 bar.update(trainer.progress[0] - bar.n)
                 if after_update is not None:
                     after_update(trainer)
         result = trainer.result()
-        require_finite_weights(result.agent, f"after update {trainer.updates_done} ({trainer.algorithm}, {trainer.subject}, "
-                                             f"seed {config.seed})")
+        require_finite_weights(
+            result.agent,
+            f"after update {trainer.updates_done} ({trainer.algorithm}, {trainer.subject}, "
+            f"seed {config.seed})",
+        )
         return result
     finally:
         trainer.close()

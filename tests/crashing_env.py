@@ -24,7 +24,9 @@ class CrashingCartPole(CartPoleEnv):
 
 
 if "rlkit-test/CrashingCartPole-v0" not in gym.registry:
-    gym.register(id="rlkit-test/CrashingCartPole-v0", entry_point=CrashingCartPole, max_episode_steps=500)
+    gym.register(
+        id="rlkit-test/CrashingCartPole-v0", entry_point=CrashingCartPole, max_episode_steps=500
+    )
 
 
 class NaNRewardCartPole(CartPoleEnv):
@@ -41,7 +43,9 @@ class NaNRewardCartPole(CartPoleEnv):
 
 
 if "rlkit-test/NaNRewardCartPole-v0" not in gym.registry:
-    gym.register(id="rlkit-test/NaNRewardCartPole-v0", entry_point=NaNRewardCartPole, max_episode_steps=500)
+    gym.register(
+        id="rlkit-test/NaNRewardCartPole-v0", entry_point=NaNRewardCartPole, max_episode_steps=500
+    )
 
 
 class Float32RewardCartPole(CartPoleEnv):
@@ -53,4 +57,8 @@ class Float32RewardCartPole(CartPoleEnv):
 
 
 if "rlkit-test/Float32RewardCartPole-v0" not in gym.registry:
-    gym.register(id="rlkit-test/Float32RewardCartPole-v0", entry_point=Float32RewardCartPole, max_episode_steps=500)
+    gym.register(
+        id="rlkit-test/Float32RewardCartPole-v0",
+        entry_point=Float32RewardCartPole,
+        max_episode_steps=500,
+    )

@@ -5,8 +5,17 @@ import copy
 import pytest
 import torch
 
-from rlkit.a2c import (A2CConfig, a2c_loss, advantages_and_returns, clip_gradients, make_agent, make_optimizer,
-                       rollout_loss, train, update)
+from rlkit.a2c import (
+    A2CConfig,
+    a2c_loss,
+    advantages_and_returns,
+    clip_gradients,
+    make_agent,
+    make_optimizer,
+    rollout_loss,
+    train,
+    update,
+)
 from rlkit.nets import flatten_parameters
 from rlkit.rollouts import RolloutCollector, make_vector_env
 
@@ -23,7 +32,9 @@ def hand_n_step(rewards, values, dones, last_value, gamma):
 
 
 def small_setup(seed=0, **overrides):
-    config = A2CConfig(seed=seed, total_steps=400, num_envs=4, num_steps=6, batched_env=False, **overrides)
+    config = A2CConfig(
+        seed=seed, total_steps=400, num_envs=4, num_steps=6, batched_env=False, **overrides
+    )
     torch.manual_seed(seed)
     envs = make_vector_env(config.env_id, config.num_envs)
     agent = make_agent(config, envs)
@@ -38,8 +49,9 @@ def test_advantages_with_lam_1_are_n_step_returns_minus_values():
             break
     assert rollout.dones.any()
     advantages, returns = advantages_and_returns(rollout, config.gamma, 1.0)
-    expected_advantages, expected_returns = hand_n_step(rollout.rewards, rollout.values, rollout.dones,
-                                                        rollout.last_value, config.gamma)
+    expected_advantages, expected_returns = hand_n_step(
+        rollout.rewards, rollout.values, rollout.dones, rollout.last_value, config.gamma
+    )
     torch.testing.assert_close(returns, expected_returns)
     torch.testing.assert_close(advantages, expected_advantages)
 
@@ -48,14 +60,20 @@ def test_a2c_loss_against_a_hand_computation():
     torch.manual_seed(0)
     logits, actions = torch.randn(10, 3, requires_grad=True), torch.randint(0, 3, (10,))
     values, returns = torch.randn(10, requires_grad=True), torch.randn(10)
-    advantages = returns - values  # computed from the critic, as in training: it must enter only as a constant
+    advantages = (
+        returns - values
+    )  # computed from the critic, as in training: it must enter only as a constant
     logp = torch.log_softmax(logits, -1)
     logprobs = logp.gather(1, actions[:, None]).squeeze(1)
     entropies = -(logp.exp() * logp).sum(-1)
-    loss, parts = a2c_loss(logprobs, entropies, values, advantages, returns, ent_coef=0.01, vf_coef=0.5)
+    loss, parts = a2c_loss(
+        logprobs, entropies, values, advantages, returns, ent_coef=0.01, vf_coef=0.5
+    )
     expected = 0.0
     for i in range(10):
-        expected += (-advantages[i] * logprobs[i] + 0.5 * (values[i] - returns[i]) ** 2 - 0.01 * entropies[i]) / 10
+        expected += (
+            -advantages[i] * logprobs[i] + 0.5 * (values[i] - returns[i]) ** 2 - 0.01 * entropies[i]
+        ) / 10
     torch.testing.assert_close(loss, expected)
     assert parts["value_loss"] == pytest.approx(((values - returns) ** 2).mean().item())
     loss.backward()  # the advantages are constants: the policy term sends no gradient to the values
@@ -70,7 +88,9 @@ def test_clip_gradients_matches_torch_clip_grad_norm():
         reference.grad = torch.randn(50) * 3
         flat = copy.deepcopy(reference)
         flat.grad = reference.grad.clone()
-        expected = torch.nn.utils.clip_grad_norm_([reference], float("inf") if max_norm is None else max_norm)
+        expected = torch.nn.utils.clip_grad_norm_(
+            [reference], float("inf") if max_norm is None else max_norm
+        )
         assert clip_gradients(flat, max_norm) == pytest.approx(expected.item())
         torch.testing.assert_close(flat.grad, reference.grad)
 
@@ -80,8 +100,12 @@ def test_update_equals_the_recipe_written_out_on_separate_parameters():
     config, _, agent, collector = small_setup(ent_coef=0.01)
     rollout = collector.collect()
     reference = copy.deepcopy(agent)
-    reference_optimizer = torch.optim.RMSprop(reference.parameters(), lr=config.learning_rate, alpha=config.rmsprop_alpha,
-                                              eps=config.optimizer_eps)
+    reference_optimizer = torch.optim.RMSprop(
+        reference.parameters(),
+        lr=config.learning_rate,
+        alpha=config.rmsprop_alpha,
+        eps=config.optimizer_eps,
+    )
     loss, _ = rollout_loss(reference, rollout, config)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(reference.parameters(), config.max_grad_norm)
@@ -98,47 +122,59 @@ def test_same_seed_same_numbers_and_history_columns():
     other = train(A2CConfig(seed=4, total_steps=2_000))
     for a, b in zip(first.agent.parameters(), second.agent.parameters()):
         assert torch.equal(a, b)
-    assert not all(torch.equal(a, b) for a, b in zip(first.agent.parameters(), other.agent.parameters()))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(first.agent.parameters(), other.agent.parameters())
+    )
     assert len(first.history) == 50 and first.history[-1]["step"] == 2_000
-    assert {"policy_loss", "value_loss", "entropy", "explained_variance", "grad_norm"} <= set(first.history[0])
+    assert {"policy_loss", "value_loss", "entropy", "explained_variance", "grad_norm"} <= set(
+        first.history[0]
+    )
     obs = torch.randn(3, 4)
     torch.testing.assert_close(first.critic(obs), first.agent.value(obs))
 
 
 def test_linear_learning_rate_schedule_decays_to_zero():
-    config = A2CConfig(seed=0, total_steps=400, lr_schedule="linear", optimizer="adam", learning_rate=1e-3)
+    config = A2CConfig(
+        seed=0, total_steps=400, lr_schedule="linear", optimizer="adam", learning_rate=1e-3
+    )
     assert config.num_updates == 10
     rates = train(config).column("learning_rate")
-    torch.testing.assert_close(torch.tensor(rates), torch.tensor([1e-3 * (1 - k / 10) for k in range(10)], dtype=torch.float64))
+    torch.testing.assert_close(
+        torch.tensor(rates),
+        torch.tensor([1e-3 * (1 - k / 10) for k in range(10)], dtype=torch.float64),
+    )
     assert set(train(A2CConfig(seed=0, total_steps=400)).column("learning_rate")) == {7e-4}
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("total_steps", 0, "total_steps must be an integer >= 1"),
-    ("num_envs", 0, "num_envs must be an integer >= 1"),
-    ("num_envs", -2, "num_envs must be an integer >= 1"),
-    ("num_steps", 0, "num_steps must be an integer >= 1"),
-    ("num_steps", 2.5, "num_steps must be an integer >= 1"),
-    ("learning_rate", 0.0, r"learning_rate must be in \(0, 1\]"),
-    ("learning_rate", 2.0, r"learning_rate must be in \(0, 1\]"),
-    ("gamma", 1.5, "gamma must be in"),
-    ("lam", -0.1, "lam must be in"),
-    ("ent_coef", -0.01, "ent_coef must be >= 0"),
-    ("vf_coef", -1.0, "vf_coef must be >= 0"),
-    ("max_grad_norm", 0.0, "max_grad_norm must be > 0"),
-    ("optimizer", "sgd", "optimizer must be one of"),
-    ("lr_schedule", "cosine", "lr_schedule must be one of"),
-    ("rmsprop_alpha", 1.0, "rmsprop_alpha must be in"),
-    ("activation", "gelu", "activation must be one of"),
-    ("hidden_sizes", (64, 0), "hidden_sizes must be positive layer sizes"),
-    ("hidden_sizes", 64, "hidden_sizes must be a list or tuple"),
-    ("num_envs", True, "num_envs must be an integer >= 1"),
-    ("seed", 1.5, "seed must be an integer"),
-    ("gamma", "0.99", "gamma must be a finite number"),
-    ("device", "gpu", "device must be a torch device"),
-    ("batched_env", "no", "batched_env must be True or False"),
-    ("max_grad_norm", -1.0, r"max_grad_norm must be > 0 \(math.inf: never clip\)"),
-])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("total_steps", 0, "total_steps must be an integer >= 1"),
+        ("num_envs", 0, "num_envs must be an integer >= 1"),
+        ("num_envs", -2, "num_envs must be an integer >= 1"),
+        ("num_steps", 0, "num_steps must be an integer >= 1"),
+        ("num_steps", 2.5, "num_steps must be an integer >= 1"),
+        ("learning_rate", 0.0, r"learning_rate must be in \(0, 1\]"),
+        ("learning_rate", 2.0, r"learning_rate must be in \(0, 1\]"),
+        ("gamma", 1.5, "gamma must be in"),
+        ("lam", -0.1, "lam must be in"),
+        ("ent_coef", -0.01, "ent_coef must be >= 0"),
+        ("vf_coef", -1.0, "vf_coef must be >= 0"),
+        ("max_grad_norm", 0.0, "max_grad_norm must be > 0"),
+        ("optimizer", "sgd", "optimizer must be one of"),
+        ("lr_schedule", "cosine", "lr_schedule must be one of"),
+        ("rmsprop_alpha", 1.0, "rmsprop_alpha must be in"),
+        ("activation", "gelu", "activation must be one of"),
+        ("hidden_sizes", (64, 0), "hidden_sizes must be positive layer sizes"),
+        ("hidden_sizes", 64, "hidden_sizes must be a list or tuple"),
+        ("num_envs", True, "num_envs must be an integer >= 1"),
+        ("seed", 1.5, "seed must be an integer"),
+        ("gamma", "0.99", "gamma must be a finite number"),
+        ("device", "gpu", "device must be a torch device"),
+        ("batched_env", "no", "batched_env must be True or False"),
+        ("max_grad_norm", -1.0, r"max_grad_norm must be > 0 \(math.inf: never clip\)"),
+    ],
+)
 def test_bad_configs_raise_naming_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):
         A2CConfig(**{field: value})
@@ -155,5 +191,10 @@ def test_continuous_or_unknown_envs_raise_naming_env_id():
 
 def test_presets_fill_only_the_fields_left_out():
     config = A2CConfig(learning_rate=1e-3)
-    assert config.learning_rate == 1e-3 and config.num_envs == 8 and config.num_steps == 5 and config.batched_env
+    assert (
+        config.learning_rate == 1e-3
+        and config.num_envs == 8
+        and config.num_steps == 5
+        and config.batched_env
+    )
     assert A2CConfig(env_id="Acrobot-v1").batched_env is False  # no preset: the defaults

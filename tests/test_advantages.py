@@ -26,25 +26,35 @@ def random_case(seed, dtype, batch=6, length=17, with_mask=True, with_dones=True
 @pytest.mark.parametrize("seed", range(10))
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_gae_equals_the_reverse_loop_in_float64(seed, with_mask):
-    rewards, values, gamma, lam, dones, last_value, mask = random_case(seed, torch.float64, with_mask=with_mask)
+    rewards, values, gamma, lam, dones, last_value, mask = random_case(
+        seed, torch.float64, with_mask=with_mask
+    )
     ours = gae(rewards, values, gamma, lam, dones=dones, last_value=last_value, mask=mask)
-    reference = deepspeed_chat_gae(rewards, values, gamma, lam, dones=dones, last_value=last_value, mask=mask)
+    reference = deepspeed_chat_gae(
+        rewards, values, gamma, lam, dones=dones, last_value=last_value, mask=mask
+    )
     for got, expected in zip(ours, reference):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_gae_equals_the_reverse_loop_in_float32_over_long_horizons(seed):
-    rewards, values, gamma, lam, dones, last_value, mask = random_case(seed, torch.float32, batch=8, length=1024)
+    rewards, values, gamma, lam, dones, last_value, mask = random_case(
+        seed, torch.float32, batch=8, length=1024
+    )
     ours = gae(rewards, values, gamma, lam, dones=dones, last_value=last_value, mask=mask)
-    reference = deepspeed_chat_gae(rewards, values, gamma, lam, dones=dones, last_value=last_value, mask=mask)
+    reference = deepspeed_chat_gae(
+        rewards, values, gamma, lam, dones=dones, last_value=last_value, mask=mask
+    )
     for got, expected in zip(ours, reference):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("length", [1, 2, 3, 5, 8, 64, 65])
 def test_gae_handles_every_length_including_non_powers_of_two(length):
-    rewards, values, gamma, lam, dones, last_value, _ = random_case(length, torch.float64, length=length, with_mask=False)
+    rewards, values, gamma, lam, dones, last_value, _ = random_case(
+        length, torch.float64, length=length, with_mask=False
+    )
     ours = gae(rewards, values, gamma, lam, dones=dones, last_value=last_value)
     reference = deepspeed_chat_gae(rewards, values, gamma, lam, dones=dones, last_value=last_value)
     torch.testing.assert_close(ours[0], reference[0], rtol=0, atol=1e-9)
@@ -56,12 +66,16 @@ def test_a_hand_computed_case():
     advantages, returns = gae(rewards, torch.zeros_like(rewards), gamma=0.5, lam=0.5)
     torch.testing.assert_close(advantages, torch.tensor([[1.3125, 1.25, 1.0]], dtype=torch.float64))
     torch.testing.assert_close(returns, advantages)
-    torch.testing.assert_close(discounted_returns(rewards, 0.5), torch.tensor([[1.75, 1.5, 1.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        discounted_returns(rewards, 0.5), torch.tensor([[1.75, 1.5, 1.0]], dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_lambda_one_gives_monte_carlo_returns_minus_values(seed):
-    rewards, values, gamma, _, dones, last_value, _ = random_case(seed, torch.float64, with_mask=False)
+    rewards, values, gamma, _, dones, last_value, _ = random_case(
+        seed, torch.float64, with_mask=False
+    )
     advantages, returns = gae(rewards, values, gamma, 1.0, dones=dones, last_value=last_value)
     mc_returns = discounted_returns(rewards, gamma, dones=dones, last_value=last_value)
     torch.testing.assert_close(advantages, mc_returns - values, rtol=0, atol=1e-9)
@@ -70,7 +84,9 @@ def test_lambda_one_gives_monte_carlo_returns_minus_values(seed):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_lambda_zero_gives_the_one_step_td_error(seed):
-    rewards, values, gamma, _, dones, last_value, _ = random_case(seed, torch.float64, with_mask=False)
+    rewards, values, gamma, _, dones, last_value, _ = random_case(
+        seed, torch.float64, with_mask=False
+    )
     advantages, _ = gae(rewards, values, gamma, 0.0, dones=dones, last_value=last_value)
     next_values = torch.cat([values[:, 1:], last_value[:, None]], dim=1)
     td_error = rewards + gamma * (1 - dones) * next_values - values
@@ -78,7 +94,9 @@ def test_lambda_zero_gives_the_one_step_td_error(seed):
 
 
 def test_nothing_leaks_backwards_across_an_episode_end():
-    rewards, values, gamma, lam, _, last_value, _ = random_case(0, torch.float64, batch=1, length=10, with_mask=False)
+    rewards, values, gamma, lam, _, last_value, _ = random_case(
+        0, torch.float64, batch=1, length=10, with_mask=False
+    )
     dones = torch.zeros_like(rewards)
     dones[0, 4] = 1.0
     before = gae(rewards, values, gamma, lam, dones=dones, last_value=last_value)[0]
@@ -90,7 +108,9 @@ def test_nothing_leaks_backwards_across_an_episode_end():
 
 
 def test_padding_neither_leaks_nor_receives_values():
-    rewards, values, gamma, lam, dones, _, _ = random_case(1, torch.float64, batch=3, length=9, with_mask=False)
+    rewards, values, gamma, lam, dones, _, _ = random_case(
+        1, torch.float64, batch=3, length=9, with_mask=False
+    )
     mask = torch.ones_like(rewards)
     mask[0, 5:] = 0.0
     mask[1, 1:] = 0.0
@@ -120,7 +140,9 @@ def test_a_terminal_last_step_ignores_last_value():
 def test_discounted_returns_equal_a_python_loop(seed):
     rewards, _, gamma, _, dones, last_value, _ = random_case(seed, torch.float64, with_mask=False)
     expected = loop_discounted_returns(rewards, gamma, dones=dones, last_value=last_value)
-    torch.testing.assert_close(discounted_returns(rewards, gamma, dones, last_value), expected, rtol=0, atol=1e-9)
+    torch.testing.assert_close(
+        discounted_returns(rewards, gamma, dones, last_value), expected, rtol=0, atol=1e-9
+    )
 
 
 def test_no_gradient_flows_through_advantages_or_returns():
@@ -133,7 +155,9 @@ def test_no_gradient_flows_through_advantages_or_returns():
 def test_boolean_dones_and_masks_are_accepted():
     rewards, values, gamma, lam, dones, last_value, mask = random_case(3, torch.float64)
     as_float = gae(rewards, values, gamma, lam, dones=dones, last_value=last_value, mask=mask)
-    as_bool = gae(rewards, values, gamma, lam, dones=dones.bool(), last_value=last_value, mask=mask.bool())
+    as_bool = gae(
+        rewards, values, gamma, lam, dones=dones.bool(), last_value=last_value, mask=mask.bool()
+    )
     torch.testing.assert_close(as_bool[0], as_float[0], rtol=0, atol=0)
 
 
@@ -152,12 +176,20 @@ def test_boolean_dones_and_masks_are_accepted():
     ],
 )
 def test_bad_input_raises_a_value_error_naming_the_argument(kwargs, name):
-    arguments = {"rewards": torch.zeros(2, 5), "values": torch.zeros(2, 5), "gamma": 0.9, "lam": 0.9, **kwargs}
+    arguments = {
+        "rewards": torch.zeros(2, 5),
+        "values": torch.zeros(2, 5),
+        "gamma": 0.9,
+        "lam": 0.9,
+        **kwargs,
+    }
     if name == "rewards":
         arguments["values"] = torch.zeros_like(arguments["rewards"], dtype=torch.float32)
     with pytest.raises(ValueError, match=name):
         gae(**arguments)
     if name in ("gamma", "dones", "last_value", "rewards"):
-        returns_args = {k: arguments[k] for k in ("rewards", "gamma", "dones", "last_value") if k in arguments}
+        returns_args = {
+            k: arguments[k] for k in ("rewards", "gamma", "dones", "last_value") if k in arguments
+        }
         with pytest.raises(ValueError, match=name):
             discounted_returns(**returns_args)

@@ -29,8 +29,13 @@ from rlkit import a2c, a3c, dqn, ppo, reinforce
 from rlkit.a2c import SMALLEST_OPTIMIZER_EPS
 from rlkit.training import TrainingDiverged, TrainResult
 
-SETTINGS = dict(deadline=None, derandomize=True, database=None, print_blob=False,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = dict(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 SCALE = float(os.environ.get("RLKIT_FUZZ_SCALE", "1"))  # more examples for a longer search, e.g. 10
 
 
@@ -46,23 +51,75 @@ HUGE_INTS = st.sampled_from([2**31, 2**32, 2**63, 2**64, -(2**63)]) | st.integer
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)
 FLOATS = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
-    [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1e-45, 1e-40, 0.5, 1.0, 1.5, 16.0, -1.0, 3e38, 1e39, 1e308,
-     -1e308])  # 5e-324 and 1e-40 are 0 in float32, 3e38 is near its largest number, 1e39 beyond it
+    [
+        0.0,
+        -0.0,
+        math.nan,
+        math.inf,
+        -math.inf,
+        5e-324,
+        1e-45,
+        1e-40,
+        0.5,
+        1.0,
+        1.5,
+        16.0,
+        -1.0,
+        3e38,
+        1e39,
+        1e308,
+        -1e308,
+    ]
+)  # 5e-324 and 1e-40 are 0 in float32, 3e38 is near its largest number, 1e39 beyond it
 STRINGS = st.text(max_size=4) | st.sampled_from(
-    ["", "1", "0.5", "nan", "True", "None", "cpu", "cuda", "cuda:7", "meta", "mps", "tanh", "relu", "sigmoid",
-     "constant", "linear", "adam", "rmsprop", "sgd", "CartPole-v1", "Pendulum-v1"])
+    [
+        "",
+        "1",
+        "0.5",
+        "nan",
+        "True",
+        "None",
+        "cpu",
+        "cuda",
+        "cuda:7",
+        "meta",
+        "mps",
+        "tanh",
+        "relu",
+        "sigmoid",
+        "constant",
+        "linear",
+        "adam",
+        "rmsprop",
+        "sgd",
+        "CartPole-v1",
+        "Pendulum-v1",
+    ]
+)
 ENTRIES = SMALL_INTS | FLOATS | st.booleans() | st.none() | st.text(max_size=2)
 SEQUENCES = st.lists(ENTRIES, max_size=3) | st.lists(ENTRIES, max_size=3).map(tuple)
 OTHERS = st.sampled_from([b"cpu", 1 + 1j, {}, {"a": 1}, {8: 8}, frozenset({8}), range(2)])
-ENV_IDS = st.sampled_from([
-    "CartPole-v1", "Pendulum-v1",  # Pendulum-v1: continuous actions, which only PPO takes
-    "FrozenLake-v1", "rlkit/GridWorld-v0",  # discrete observations
-    "NoSuchEnv-v0", "cartpole-v1", "CartPole", "CartPole-v1 ", "no_such_module:Env-v0", "rlkit.nope:Env-v0",
-])
+ENV_IDS = st.sampled_from(
+    [
+        "CartPole-v1",
+        "Pendulum-v1",  # Pendulum-v1: continuous actions, which only PPO takes
+        "FrozenLake-v1",
+        "rlkit/GridWorld-v0",  # discrete observations
+        "NoSuchEnv-v0",
+        "cartpole-v1",
+        "CartPole",
+        "CartPole-v1 ",
+        "no_such_module:Env-v0",
+        "rlkit.nope:Env-v0",
+    ]
+)
 DEVICES = st.sampled_from(
-    ["cpu", "cpu:0", "cuda", "cuda:0", "cuda:7", "mps", "meta", "CPU", "gpu", "", -1, 0, 7, 2**64])
+    ["cpu", "cpu:0", "cuda", "cuda:0", "cuda:7", "mps", "meta", "CPU", "gpu", "", -1, 0, 7, 2**64]
+)
 
-GARBAGE = st.one_of(st.none(), st.booleans(), SMALL_INTS, FLOATS, STRINGS, SEQUENCES, OTHERS, ENV_IDS, DEVICES)
+GARBAGE = st.one_of(
+    st.none(), st.booleans(), SMALL_INTS, FLOATS, STRINGS, SEQUENCES, OTHERS, ENV_IDS, DEVICES
+)
 BY_TYPE = [  # what a field of an annotated type is most likely to be given by mistake, first match wins
     ("tuple", SEQUENCES | st.lists(st.integers(-2, 8), max_size=3) | st.tuples(FLOATS, FLOATS)),
     ("float", FLOATS | SMALL_INTS | st.booleans() | st.sampled_from(["0.001", "1", "inf"])),
@@ -83,7 +140,9 @@ def garbage_for(name: str, annotation: str, huge: bool):
     strategy = typed | GARBAGE | EXTRA_GARBAGE.get(name, st.nothing())
     if huge:
         strategy |= HUGE_INTS
-    if name == "total_steps" and not huge:  # None means the preset's budget: tens of thousands of steps
+    if (
+        name == "total_steps" and not huge
+    ):  # None means the preset's budget: tens of thousands of steps
         strategy = strategy.filter(lambda value: value is not None)
     return strategy
 
@@ -92,9 +151,15 @@ def replacements(annotations: dict[str, str], huge: bool, skip: set[str] = froze
     """Up to three fields, each with a garbage value (none in about a quarter of the examples)."""
     candidates = [name for name in annotations if name not in skip]
     names = st.integers(0, 3).flatmap(
-        lambda count: st.lists(st.sampled_from(candidates), unique=True, min_size=count, max_size=count))
-    return names.flatmap(lambda chosen: st.fixed_dictionaries(
-        {name: garbage_for(name, annotations[name], huge) for name in chosen}))
+        lambda count: st.lists(
+            st.sampled_from(candidates), unique=True, min_size=count, max_size=count
+        )
+    )
+    return names.flatmap(
+        lambda chosen: st.fixed_dictionaries(
+            {name: garbage_for(name, annotations[name], huge) for name in chosen}
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -104,7 +169,9 @@ UNIT = st.floats(0.0, 1.0) | st.sampled_from([0.0, -0.0, 1.0])  # [0, 1]
 POSITIVE = st.floats(0.0, 1.0, exclude_min=True) | st.just(5e-324)  # (0, 1]
 LEARNING_RATES = st.floats(1e-6, 1e-2) | st.sampled_from([5e-324, 1e-3, 1.0])
 SEEDS = st.integers(0, 2**32 - 1)
-HIDDEN = st.lists(st.integers(1, 8), max_size=2) | st.lists(st.integers(1, 8), max_size=2).map(tuple)
+HIDDEN = st.lists(st.integers(1, 8), max_size=2) | st.lists(st.integers(1, 8), max_size=2).map(
+    tuple
+)
 GRAD_NORMS = st.floats(1e-6, 100.0) | st.sampled_from([5e-324, math.inf])
 
 
@@ -112,12 +179,24 @@ GRAD_NORMS = st.floats(1e-6, 100.0) | st.sampled_from([5e-324, math.inf])
 def valid_dqn(draw):
     batch_size = draw(st.integers(1, 8))
     return dict(
-        env_id="CartPole-v1", seed=draw(SEEDS), total_steps=draw(st.integers(1, 48)),
-        learning_rate=draw(LEARNING_RATES), batch_size=batch_size, buffer_size=batch_size + draw(st.integers(0, 24)),
-        learning_starts=draw(st.integers(0, 8)), gamma=draw(UNIT), target_update_interval=draw(st.integers(1, 20)),
-        train_frequency=draw(st.integers(1, 8)), gradient_steps=draw(st.integers(1, 3)),
-        exploration_fraction=draw(POSITIVE), start_epsilon=draw(UNIT), end_epsilon=draw(UNIT),
-        hidden_sizes=draw(HIDDEN), max_grad_norm=draw(GRAD_NORMS), double_dqn=draw(st.booleans()), device="cpu",
+        env_id="CartPole-v1",
+        seed=draw(SEEDS),
+        total_steps=draw(st.integers(1, 48)),
+        learning_rate=draw(LEARNING_RATES),
+        batch_size=batch_size,
+        buffer_size=batch_size + draw(st.integers(0, 24)),
+        learning_starts=draw(st.integers(0, 8)),
+        gamma=draw(UNIT),
+        target_update_interval=draw(st.integers(1, 20)),
+        train_frequency=draw(st.integers(1, 8)),
+        gradient_steps=draw(st.integers(1, 3)),
+        exploration_fraction=draw(POSITIVE),
+        start_epsilon=draw(UNIT),
+        end_epsilon=draw(UNIT),
+        hidden_sizes=draw(HIDDEN),
+        max_grad_norm=draw(GRAD_NORMS),
+        double_dqn=draw(st.booleans()),
+        device="cpu",
         progress=False,
     )
 
@@ -125,23 +204,40 @@ def valid_dqn(draw):
 @st.composite
 def valid_reinforce(draw):
     return dict(
-        env_id="CartPole-v1", seed=draw(SEEDS), total_steps=draw(st.integers(1, 64)),
-        episodes_per_update=draw(st.integers(1, 3)), learning_rate=draw(LEARNING_RATES),
-        value_learning_rate=draw(LEARNING_RATES), value_epochs=draw(st.integers(1, 3)), gamma=draw(UNIT),
-        baseline=draw(st.booleans()), normalize_advantages=draw(st.booleans()), hidden_sizes=draw(HIDDEN),
-        max_grad_norm=draw(st.none() | GRAD_NORMS), device="cpu", progress=False,
+        env_id="CartPole-v1",
+        seed=draw(SEEDS),
+        total_steps=draw(st.integers(1, 64)),
+        episodes_per_update=draw(st.integers(1, 3)),
+        learning_rate=draw(LEARNING_RATES),
+        value_learning_rate=draw(LEARNING_RATES),
+        value_epochs=draw(st.integers(1, 3)),
+        gamma=draw(UNIT),
+        baseline=draw(st.booleans()),
+        normalize_advantages=draw(st.booleans()),
+        hidden_sizes=draw(HIDDEN),
+        max_grad_norm=draw(st.none() | GRAD_NORMS),
+        device="cpu",
+        progress=False,
     )
 
 
 def actor_critic_fields(draw) -> dict:
     """The fields A2C and A3C share (``validate_actor_critic``)."""
     return dict(
-        env_id="CartPole-v1", seed=draw(SEEDS), learning_rate=draw(LEARNING_RATES),
-        lr_schedule=draw(st.sampled_from(["constant", "linear"])), gamma=draw(UNIT), lam=draw(UNIT),
-        ent_coef=draw(st.floats(0.0, 0.1) | st.just(-0.0)), vf_coef=draw(st.floats(0.0, 2.0)),
+        env_id="CartPole-v1",
+        seed=draw(SEEDS),
+        learning_rate=draw(LEARNING_RATES),
+        lr_schedule=draw(st.sampled_from(["constant", "linear"])),
+        gamma=draw(UNIT),
+        lam=draw(UNIT),
+        ent_coef=draw(st.floats(0.0, 0.1) | st.just(-0.0)),
+        vf_coef=draw(st.floats(0.0, 2.0)),
         max_grad_norm=draw(st.none() | GRAD_NORMS),
         optimizer_eps=draw(st.floats(1e-8, 1e-3) | st.just(SMALLEST_OPTIMIZER_EPS)),
-        hidden_sizes=draw(HIDDEN), activation=draw(st.sampled_from(["tanh", "relu"])), device="cpu", progress=False,
+        hidden_sizes=draw(HIDDEN),
+        activation=draw(st.sampled_from(["tanh", "relu"])),
+        device="cpu",
+        progress=False,
     )
 
 
@@ -149,10 +245,14 @@ def actor_critic_fields(draw) -> dict:
 def valid_a2c(draw):
     num_envs, num_steps = draw(st.integers(1, 3)), draw(st.integers(1, 6))
     return dict(
-        actor_critic_fields(draw), total_steps=draw(st.integers(1, 40)), num_envs=num_envs, num_steps=num_steps,
-        optimizer=draw(st.sampled_from(["rmsprop", "adam"])), rmsprop_alpha=draw(st.floats(0.0, 1.0, exclude_min=True,
-                                                                                          exclude_max=True)),
-        normalize_advantages=num_envs * num_steps >= 2 and draw(st.booleans()), batched_env=draw(st.booleans()),
+        actor_critic_fields(draw),
+        total_steps=draw(st.integers(1, 40)),
+        num_envs=num_envs,
+        num_steps=num_steps,
+        optimizer=draw(st.sampled_from(["rmsprop", "adam"])),
+        rmsprop_alpha=draw(st.floats(0.0, 1.0, exclude_min=True, exclude_max=True)),
+        normalize_advantages=num_envs * num_steps >= 2 and draw(st.booleans()),
+        batched_env=draw(st.booleans()),
     )
 
 
@@ -162,7 +262,10 @@ def adam_betas(draw):
     beta2 = draw(st.floats(0.0, 0.999))
     if beta2 == 0:
         return 0.0, beta2
-    beta1 = draw(st.just(0.0) | st.floats(0.0, math.sqrt(beta2), exclude_max=True).filter(lambda b: b**2 < beta2))
+    beta1 = draw(
+        st.just(0.0)
+        | st.floats(0.0, math.sqrt(beta2), exclude_max=True).filter(lambda b: b**2 < beta2)
+    )
     return beta1, beta2
 
 
@@ -170,9 +273,13 @@ def adam_betas(draw):
 def valid_a3c(draw):
     num_steps = draw(st.integers(1, 20))
     return dict(
-        actor_critic_fields(draw), total_steps=draw(st.integers(300, 400)), num_workers=draw(st.integers(1, 2)),
-        num_steps=num_steps, adam_betas=draw(adam_betas()),
-        normalize_advantages=num_steps >= 2 and draw(st.booleans()), timeout=60.0,
+        actor_critic_fields(draw),
+        total_steps=draw(st.integers(300, 400)),
+        num_workers=draw(st.integers(1, 2)),
+        num_steps=num_steps,
+        adam_betas=draw(adam_betas()),
+        normalize_advantages=num_steps >= 2 and draw(st.booleans()),
+        timeout=60.0,
     )
 
 
@@ -181,12 +288,21 @@ def valid_ppo(draw):
     env_id = draw(st.sampled_from(["CartPole-v1", "Pendulum-v1"]))
     num_envs, num_steps = draw(st.integers(1, 3)), draw(st.integers(1, 6))
     batch = num_envs * num_steps
-    minibatch_size = draw(st.sampled_from([size for size in range(1, batch + 1) if batch % size == 0]))
+    minibatch_size = draw(
+        st.sampled_from([size for size in range(1, batch + 1) if batch % size == 0])
+    )
     fields = actor_critic_fields(draw)
     return dict(
-        fields, env_id=env_id, total_steps=batch * draw(st.integers(1, 2)), num_envs=num_envs, num_steps=num_steps,
-        minibatch_size=minibatch_size, num_epochs=draw(st.integers(1, 2)),
-        clip_eps=draw(st.floats(1e-3, 10.0) | st.just(math.inf)),  # math.inf: never clip clip_schedule=draw(st.sampled_from(["constant", "linear"])),
+        fields,
+        env_id=env_id,
+        total_steps=batch * draw(st.integers(1, 2)),
+        num_envs=num_envs,
+        num_steps=num_steps,
+        minibatch_size=minibatch_size,
+        num_epochs=draw(st.integers(1, 2)),
+        clip_eps=draw(
+            st.floats(1e-3, 10.0) | st.just(math.inf)
+        ),  # math.inf: never clip clip_schedule=draw(st.sampled_from(["constant", "linear"])),
         value_clip_eps=draw(st.none() | st.floats(1e-3, 10.0) | st.just(math.inf)),
         normalize_advantages=minibatch_size >= 2 and draw(st.booleans()),
         max_grad_norm=draw(GRAD_NORMS),  # PPO clips always (None is A2C's "never")
@@ -203,11 +319,18 @@ def valid_ppo(draw):
 RELATED = {
     "dqn": {"batch_size": {"buffer_size"}},
     "reinforce": {},
-    "a2c": {"num_envs": {"normalize_advantages"}, "num_steps": {"normalize_advantages"}, "env_id": {"batched_env"}},
+    "a2c": {
+        "num_envs": {"normalize_advantages"},
+        "num_steps": {"normalize_advantages"},
+        "env_id": {"batched_env"},
+    },
     "a3c": {"num_steps": {"normalize_advantages"}},
-    "ppo": {"num_envs": {"total_steps", "minibatch_size", "normalize_advantages"},
-            "num_steps": {"total_steps", "minibatch_size", "normalize_advantages"},
-            "minibatch_size": {"normalize_advantages"}, "env_id": {"batched_env", "initial_log_std"}},
+    "ppo": {
+        "num_envs": {"total_steps", "minibatch_size", "normalize_advantages"},
+        "num_steps": {"total_steps", "minibatch_size", "normalize_advantages"},
+        "minibatch_size": {"normalize_advantages"},
+        "env_id": {"batched_env", "initial_log_std"},
+    },
 }
 ALGORITHMS = {  # module, config class, valid strategy
     "dqn": (dqn, dqn.DQNConfig, valid_dqn()),
@@ -231,14 +354,18 @@ def is_extreme(value) -> bool:
 
 def expected_dqn_bursts(config: dqn.DQNConfig) -> int:
     """Training bursts DQN does: steps s in [learning_starts, total_steps) with (s + 1) % train_frequency == 0."""
-    first = math.ceil((config.learning_starts + 1) / config.train_frequency) * config.train_frequency
+    first = (
+        math.ceil((config.learning_starts + 1) / config.train_frequency) * config.train_frequency
+    )
     return max(0, (config.total_steps - first) // config.train_frequency + 1)
 
 
 def check(algorithm: str, fields: dict, replaced: dict, run: bool) -> None:
     """The property: refused naming a replaced (or related) field, or accepted and (with ``run``) trained."""
     module, config_class, _ = ALGORITHMS[algorithm]
-    may_name = set(replaced) | {other for name in replaced for other in RELATED[algorithm].get(name, ())}
+    may_name = set(replaced) | {
+        other for name in replaced for other in RELATED[algorithm].get(name, ())
+    }
     try:
         config = config_class(**{**fields, **replaced})
     except ValueError as error:
@@ -250,17 +377,25 @@ def check(algorithm: str, fields: dict, replaced: dict, run: bool) -> None:
     try:
         result = module.train(config)
     except ValueError as error:  # what needs the environment: its spaces, a batched version of it
-        assert field_named(error) in may_name & {"env_id", "batched_env", "initial_log_std"}, str(error)
+        assert field_named(error) in may_name & {"env_id", "batched_env", "initial_log_std"}, str(
+            error
+        )
         return
     except TrainingDiverged:
         assert any(is_extreme(value) for value in replaced.values()), f"diverged with {replaced}"
         return
     assert isinstance(result, TrainResult) and isinstance(result.history, list)
     if not any(is_extreme(value) for value in replaced.values()):
-        assert all(torch.isfinite(parameter).all() for parameter in result.agent.parameters()), "non-finite weights"
-    if algorithm == "dqn":  # a config may leave no step to train on (learning_starts >= total_steps): no rows
+        assert all(torch.isfinite(parameter).all() for parameter in result.agent.parameters()), (
+            "non-finite weights"
+        )
+    if (
+        algorithm == "dqn"
+    ):  # a config may leave no step to train on (learning_starts >= total_steps): no rows
         assert len(result.history) == expected_dqn_bursts(config)
-    elif algorithm == "a3c":  # A3C's rows are finished episodes; a few hundred steps end at least one
+    elif (
+        algorithm == "a3c"
+    ):  # A3C's rows are finished episodes; a few hundred steps end at least one
         assert result.history or config.total_steps < 300
     else:
         assert result.history, "no update"
@@ -268,11 +403,15 @@ def check(algorithm: str, fields: dict, replaced: dict, run: bool) -> None:
 
 def cases(algorithm: str, huge: bool, skip: set[str] = frozenset()):
     _, config_class, valid = ALGORITHMS[algorithm]
-    annotations = {name: str(field.type) for name, field in config_class.__dataclass_fields__.items()}
+    annotations = {
+        name: str(field.type) for name, field in config_class.__dataclass_fields__.items()
+    }
     return st.tuples(valid, replacements(annotations, huge, skip))
 
 
-@pytest.mark.parametrize("algorithm, count", [("dqn", 300), ("reinforce", 300), ("a2c", 500), ("ppo", 500)])
+@pytest.mark.parametrize(
+    "algorithm, count", [("dqn", 300), ("reinforce", 300), ("a2c", 500), ("ppo", 500)]
+)
 def test_a_config_is_refused_naming_a_field_or_trains(algorithm, count):
     @settings(max_examples=examples(count), **SETTINGS)
     @given(case=cases(algorithm, huge=False, skip=NOT_REPLACED_IN_RUNS))
@@ -284,6 +423,7 @@ def test_a_config_is_refused_naming_a_field_or_trains(algorithm, count):
 
 def test_an_a3c_config_is_refused_naming_a_field_or_trains():
     """Fewer examples: each accepted one starts worker processes."""
+
     @settings(max_examples=examples(15), **SETTINGS)
     @given(case=cases("a3c", huge=False, skip=NOT_REPLACED_IN_RUNS))
     def fuzz(case):
@@ -295,6 +435,7 @@ def test_an_a3c_config_is_refused_naming_a_field_or_trains():
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 def test_a_config_is_refused_naming_a_field_or_accepted(algorithm):
     """Construction only, so huge budgets are fair game too, and many more examples."""
+
     @settings(max_examples=examples(800), **SETTINGS)
     @given(case=cases(algorithm, huge=True))
     def fuzz(case):
@@ -402,8 +543,11 @@ FOUND = [
 ]
 
 
-@pytest.mark.parametrize("config_class, fields, field", FOUND,
-                         ids=[f"{c.__name__}-{next(iter(f))}={next(iter(f.values()))!r}" for c, f, _ in FOUND])
+@pytest.mark.parametrize(
+    "config_class, fields, field",
+    FOUND,
+    ids=[f"{c.__name__}-{next(iter(f))}={next(iter(f.values()))!r}" for c, f, _ in FOUND],
+)
 def test_found_by_fuzzing_is_refused_naming_the_field(config_class, fields, field):
     with pytest.raises(ValueError, match=rf"^{field} must "):
         config_class(**fields)
@@ -417,45 +561,76 @@ def test_a_cuda_device_this_machine_lacks_is_refused_naming_device():
             config_class(device=missing)
 
 
-@pytest.mark.parametrize("config_class, fields", [
-    (dqn.DQNConfig, dict(learning_starts=0, learning_rate=1)),
-    (dqn.DQNConfig, dict(max_grad_norm=math.inf)),
-    (a2c.A2CConfig, dict(max_grad_norm=2**63 - 1, vf_coef=-0.0)),
-    (reinforce.ReinforceConfig, dict(max_grad_norm=None, hidden_sizes=[])),
-    (a3c.A3CConfig, dict(activation="relu", normalize_advantages=True)),
-    (a3c.A3CConfig, dict(optimizer_eps=SMALLEST_OPTIMIZER_EPS)),
-    (a3c.A3CConfig, dict(adam_betas=(0.0, 0.0))),
-])
+@pytest.mark.parametrize(
+    "config_class, fields",
+    [
+        (dqn.DQNConfig, dict(learning_starts=0, learning_rate=1)),
+        (dqn.DQNConfig, dict(max_grad_norm=math.inf)),
+        (a2c.A2CConfig, dict(max_grad_norm=2**63 - 1, vf_coef=-0.0)),
+        (reinforce.ReinforceConfig, dict(max_grad_norm=None, hidden_sizes=[])),
+        (a3c.A3CConfig, dict(activation="relu", normalize_advantages=True)),
+        (a3c.A3CConfig, dict(optimizer_eps=SMALLEST_OPTIMIZER_EPS)),
+        (a3c.A3CConfig, dict(adam_betas=(0.0, 0.0))),
+    ],
+)
 def test_the_stricter_checks_still_accept_the_boundaries(config_class, fields):
     config_class(**fields)
 
 
 def tiny_a2c(**fields):
-    return a2c.train(a2c.A2CConfig(**{**dict(total_steps=4, num_envs=1, num_steps=2, hidden_sizes=[4],
-                                              batched_env=False), **fields}))
+    return a2c.train(
+        a2c.A2CConfig(
+            **{
+                **dict(total_steps=4, num_envs=1, num_steps=2, hidden_sizes=[4], batched_env=False),
+                **fields,
+            }
+        )
+    )
 
 
 def tiny_ppo(**fields):
-    return ppo.train(ppo.PPOConfig(**{**dict(total_steps=8, num_envs=1, num_steps=4, minibatch_size=4, num_epochs=1,
-                                             hidden_sizes=[4], batched_env=False), **fields}))
+    return ppo.train(
+        ppo.PPOConfig(
+            **{
+                **dict(
+                    total_steps=8,
+                    num_envs=1,
+                    num_steps=4,
+                    minibatch_size=4,
+                    num_epochs=1,
+                    hidden_sizes=[4],
+                    batched_env=False,
+                ),
+                **fields,
+            }
+        )
+    )
 
 
 # Found in a2c.py and ppo.py: before the fix, a TypeError or RuntimeError deep inside (or silent NaN weights).
 FIXED_IN_A2C_AND_PPO = [
-    pytest.param(lambda: a2c.A2CConfig(env_id=["CartPole-v1"]), id="A2C-env_id-list-TypeError-in-presets"),
+    pytest.param(
+        lambda: a2c.A2CConfig(env_id=["CartPole-v1"]), id="A2C-env_id-list-TypeError-in-presets"
+    ),
     pytest.param(lambda: a2c.A2CConfig(activation=["tanh"]), id="A2C-activation-list-TypeError"),
     pytest.param(lambda: ppo.PPOConfig(activation={}), id="PPO-activation-dict-TypeError"),
     pytest.param(lambda: tiny_a2c(learning_rate=1e39), id="A2C-learning_rate-1e39-RuntimeError"),
     pytest.param(lambda: tiny_ppo(learning_rate=3e38), id="PPO-learning_rate-3e38-RuntimeError"),
     pytest.param(lambda: tiny_ppo(clip_eps=1e39), id="PPO-clip_eps-1e39-RuntimeError"),
     pytest.param(lambda: tiny_ppo(value_clip_eps=1e39), id="PPO-value_clip_eps-1e39-RuntimeError"),
-    pytest.param(lambda: tiny_ppo(env_id="Pendulum-v1", initial_log_std=1e308),
-                 id="PPO-initial_log_std-1e308-RuntimeError"),
+    pytest.param(
+        lambda: tiny_ppo(env_id="Pendulum-v1", initial_log_std=1e308),
+        id="PPO-initial_log_std-1e308-RuntimeError",
+    ),
     # an eps that is 0 in float32: 0 / 0 in the optimizer where a gradient is 0 (the critic's, with vf_coef 0)
-    pytest.param(lambda: tiny_a2c(optimizer_eps=5e-324, vf_coef=0.0, hidden_sizes=[]),
-                 id="A2C-optimizer_eps-5e-324-diverges"),
-    pytest.param(lambda: tiny_ppo(optimizer_eps=5e-324, vf_coef=0.0, hidden_sizes=[]),
-                 id="PPO-optimizer_eps-5e-324-diverges"),
+    pytest.param(
+        lambda: tiny_a2c(optimizer_eps=5e-324, vf_coef=0.0, hidden_sizes=[]),
+        id="A2C-optimizer_eps-5e-324-diverges",
+    ),
+    pytest.param(
+        lambda: tiny_ppo(optimizer_eps=5e-324, vf_coef=0.0, hidden_sizes=[]),
+        id="PPO-optimizer_eps-5e-324-diverges",
+    ),
 ]
 
 
@@ -466,6 +641,14 @@ def test_found_in_a2c_and_ppo_is_refused_naming_a_field(build):
 
 
 def test_ppo_with_clip_eps_inf_never_clips_and_trains():
-    config = ppo.PPOConfig(total_steps=8, num_envs=2, num_steps=4, minibatch_size=4, num_epochs=1, hidden_sizes=(8,),
-                           batched_env=False, clip_eps=math.inf)
+    config = ppo.PPOConfig(
+        total_steps=8,
+        num_envs=2,
+        num_steps=4,
+        minibatch_size=4,
+        num_epochs=1,
+        hidden_sizes=(8,),
+        batched_env=False,
+        clip_eps=math.inf,
+    )
     assert ppo.train(config).history

@@ -22,8 +22,12 @@ def test_td_targets_single_and_double_by_hand():
     rewards, terminated = torch.tensor([1.0, 1.0]), torch.tensor([0.0, 1.0])
     single = td_targets(target, online, rewards, next_obs, terminated, 0.5, double=False)
     double = td_targets(target, online, rewards, next_obs, terminated, 0.5, double=True)
-    torch.testing.assert_close(single, torch.tensor([1.0 + 0.5 * 3.0, 1.0]))  # max of the target net
-    torch.testing.assert_close(double, torch.tensor([1.0 + 0.5 * 2.0, 1.0]))  # online picks a=0, target values it
+    torch.testing.assert_close(
+        single, torch.tensor([1.0 + 0.5 * 3.0, 1.0])
+    )  # max of the target net
+    torch.testing.assert_close(
+        double, torch.tensor([1.0 + 0.5 * 2.0, 1.0])
+    )  # online picks a=0, target values it
 
 
 def test_replay_buffer_wraps_around():
@@ -37,7 +41,9 @@ def test_replay_buffer_wraps_around():
 
 
 def test_epsilon_decays_linearly_then_stays():
-    config = DQNConfig(total_steps=1000, exploration_fraction=0.5, start_epsilon=1.0, end_epsilon=0.1)
+    config = DQNConfig(
+        total_steps=1000, exploration_fraction=0.5, start_epsilon=1.0, end_epsilon=0.1
+    )
     assert epsilon_at(0, config) == 1.0
     assert epsilon_at(250, config) == pytest.approx(0.55)
     assert epsilon_at(900, config) == pytest.approx(0.1)
@@ -45,7 +51,11 @@ def test_epsilon_decays_linearly_then_stays():
 
 def test_the_cartpole_preset_fills_only_what_the_caller_leaves_out():
     config = DQNConfig(env_id="CartPole-v1", learning_rate=1e-4)
-    assert config.learning_rate == 1e-4 and config.train_frequency == 256 and config.hidden_sizes == (256, 256)
+    assert (
+        config.learning_rate == 1e-4
+        and config.train_frequency == 256
+        and config.hidden_sizes == (256, 256)
+    )
 
 
 @pytest.mark.parametrize(
@@ -70,15 +80,25 @@ def test_a_continuous_action_environment_is_refused():
 
 
 def test_same_seed_same_numbers():
-    config = dict(env_id="CartPole-v1", total_steps=600, learning_starts=100, train_frequency=50, gradient_steps=5,
-                  buffer_size=1000, hidden_sizes=(16,), seed=3)
+    config = dict(
+        env_id="CartPole-v1",
+        total_steps=600,
+        learning_starts=100,
+        train_frequency=50,
+        gradient_steps=5,
+        buffer_size=1000,
+        hidden_sizes=(16,),
+        seed=3,
+    )
     first, second = train(DQNConfig(**config)), train(DQNConfig(**config))
     for a, b in zip(first.agent.parameters(), second.agent.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert first.history == second.history
 
 
-def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_terminal(monkeypatch):
+def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_terminal(
+    monkeypatch,
+):
     """Gymnasium 1.x: the time limit truncates; DQN must still bootstrap from the state it stopped in."""
     import gymnasium as gym
     from gymnasium.envs.classic_control import CartPoleEnv
@@ -89,18 +109,34 @@ def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_t
         gym.register("rlkit-test/CartPole5-v0", entry_point=CartPoleEnv, max_episode_steps=5)
     stored = []
     original_add = dqn.ReplayBuffer.add
-    monkeypatch.setattr(dqn.ReplayBuffer, "add", lambda self, *transition: stored.append(transition) or original_add(self, *transition))
-    train(DQNConfig(env_id="rlkit-test/CartPole5-v0", total_steps=20, learning_starts=100, buffer_size=64, seed=1))
+    monkeypatch.setattr(
+        dqn.ReplayBuffer,
+        "add",
+        lambda self, *transition: stored.append(transition) or original_add(self, *transition),
+    )
+    train(
+        DQNConfig(
+            env_id="rlkit-test/CartPole5-v0",
+            total_steps=20,
+            learning_starts=100,
+            buffer_size=64,
+            seed=1,
+        )
+    )
     assert len(stored) == 20
-    for index, (obs, action, reward, next_obs, terminated) in enumerate(stored):
+    for index, (_obs, action, _reward, next_obs, terminated) in enumerate(stored):
         assert not terminated  # five steps never topple CartPole from its start
-        if index % 5 == 4:  # the truncated step: its next_obs is the final observation, not a reset one
+        if (
+            index % 5 == 4
+        ):  # the truncated step: its next_obs is the final observation, not a reset one
             replay = gym.make("CartPole-v1")
             replay.reset()
             replay.unwrapped.state = stored[index][0].copy()
             expected, *_ = replay.step(int(action))
             np.testing.assert_allclose(next_obs, expected, rtol=1e-6)
             if index + 1 < len(stored):
-                assert not np.allclose(stored[index + 1][0], next_obs)  # the next episode starts elsewhere
+                assert not np.allclose(
+                    stored[index + 1][0], next_obs
+                )  # the next episode starts elsewhere
         elif index + 1 < len(stored):
             np.testing.assert_array_equal(stored[index + 1][0], next_obs)

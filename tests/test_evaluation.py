@@ -23,14 +23,20 @@ from rlkit.evaluation import aggregate, curve_band, iqm, stratified_bootstrap_ci
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ([10.0], 10.0),                        # n < 4: nothing is cut, the IQM is the mean
+        ([10.0], 10.0),  # n < 4: nothing is cut, the IQM is the mean
         ([1.0, 2.0, 6.0], 3.0),
-        ([4.0, 1.0, 3.0, 2.0], 2.5),           # n = 4: cut 1 at each end -> mean(2, 3)
-        ([5.0, 1.0, 4.0, 2.0, 3.0], 3.0),      # n = 5: int(1.25) = 1 -> mean(2, 3, 4)
+        ([4.0, 1.0, 3.0, 2.0], 2.5),  # n = 4: cut 1 at each end -> mean(2, 3)
+        ([5.0, 1.0, 4.0, 2.0, 3.0], 3.0),  # n = 5: int(1.25) = 1 -> mean(2, 3, 4)
         ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3.5),  # n = 6: int(1.5) = 1 -> mean(2..5)
-        ([100.0, -50.0, 3.0, 4.0, 5.0, 6.0, 7.0], 5.0),  # n = 7: int(1.75) = 1 -> mean(3..7): outliers gone
+        (
+            [100.0, -50.0, 3.0, 4.0, 5.0, 6.0, 7.0],
+            5.0,
+        ),  # n = 7: int(1.75) = 1 -> mean(3..7): outliers gone
         ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], 4.5),  # n = 8: cut 2 -> mean(3..6)
-        ([[1.0, 100.0], [2.0, 3.0], [4.0, -7.0]], 2.5),  # a score matrix is flattened: mean(1, 2, 3, 4)
+        (
+            [[1.0, 100.0], [2.0, 3.0], [4.0, -7.0]],
+            2.5,
+        ),  # a score matrix is flattened: mean(1, 2, 3, 4)
     ],
 )
 def test_iqm_by_hand(values, expected):
@@ -46,12 +52,26 @@ SCIPY_TRIM_MEAN = [
     ([-4.57, 3.54, 5.85, -13.67, 0.5, 1.03, -27.28, -24.77, -13.57, 59.94], -4.456666666666667),
     ([6.76, -6.83, 0.32, 0.2, 9.35, -16.04, 3.71, 17.59, -10.73, 0.15, 4.03], 1.1914285714285715),
 ]
-SCIPY_MATRIX = [[-0.5, 18.6, 1.8], [-7.9, -6.2, -4.2], [7.6, 2.5, 2.7], [18.1, 13.2, -14.9], [-5.3, -13.3, -7.5]]
+SCIPY_MATRIX = [
+    [-0.5, 18.6, 1.8],
+    [-7.9, -6.2, -4.2],
+    [7.6, 2.5, 2.7],
+    [18.1, 13.2, -14.9],
+    [-5.3, -13.3, -7.5],
+]
 SCIPY_AXIS0 = [0.6, 3.1666666666666665, -3.2999999999999994]
-SCIPY_AXIS1 = [6.633333333333334, -6.1000000000000005, 4.266666666666667, 5.466666666666666, -8.700000000000001]
+SCIPY_AXIS1 = [
+    6.633333333333334,
+    -6.1000000000000005,
+    4.266666666666667,
+    5.466666666666666,
+    -8.700000000000001,
+]
 
 
-@pytest.mark.parametrize(("values", "expected"), SCIPY_TRIM_MEAN, ids=[f"n={len(v)}" for v, _ in SCIPY_TRIM_MEAN])
+@pytest.mark.parametrize(
+    ("values", "expected"), SCIPY_TRIM_MEAN, ids=[f"n={len(v)}" for v, _ in SCIPY_TRIM_MEAN]
+)
 def test_iqm_matches_scipy_trim_mean_hard_coded(values, expected):
     assert iqm(values) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
@@ -75,12 +95,18 @@ def test_iqm_matches_scipy_when_installed(n):
 # ---------------------------------------------------------------- aggregates
 
 # rliable's layout: 5 runs (rows) of 3 tasks (columns), normalised scores
-SCORES = np.array([[0.12, 1.05, 0.48],
-                   [0.35, 0.88, 0.51],
-                   [0.08, 1.31, 0.47],
-                   [0.27, 0.95, 0.93],
-                   [0.19, 0.71, 0.55]])
-ONE_TASK = np.array([212.0, 487.5, 500.0, 350.25, 498.0, 130.0, 455.5, 500.0, 401.0, 276.75])  # 10 runs
+SCORES = np.array(
+    [
+        [0.12, 1.05, 0.48],
+        [0.35, 0.88, 0.51],
+        [0.08, 1.31, 0.47],
+        [0.27, 0.95, 0.93],
+        [0.19, 0.71, 0.55],
+    ]
+)
+ONE_TASK = np.array(
+    [212.0, 487.5, 500.0, 350.25, 498.0, 130.0, 455.5, 500.0, 401.0, 276.75]
+)  # 10 runs
 
 # (scores, statistic): (point, low, high) from rliable, reps=200,000 (see the module docstring)
 RLIABLE = {
@@ -103,7 +129,9 @@ def test_aggregates_by_hand():
     # scores above 1 count as 1: 1.05 and 1.31 are clipped
     assert aggregate(SCORES, "optimality_gap") == pytest.approx(1 - np.minimum(SCORES, 1).mean())
     assert aggregate(SCORES, "optimality_gap", threshold=2.0) == pytest.approx(2 - SCORES.mean())
-    assert aggregate([3.0, 1.0, 2.0], "median") == pytest.approx(2.0)  # one task: the median of task means is the mean
+    assert aggregate([3.0, 1.0, 2.0], "median") == pytest.approx(
+        2.0
+    )  # one task: the median of task means is the mean
     assert aggregate([3.0, 1.0, 8.0], "median") == pytest.approx(4.0)
 
 
@@ -111,14 +139,18 @@ def test_aggregates_by_hand():
 def test_point_estimates_match_rliable(data, statistic):
     expected = RLIABLE[(data, statistic)][0]
     assert aggregate(DATA[data], statistic) == pytest.approx(expected, rel=1e-12)
-    assert stratified_bootstrap_ci(DATA[data], statistic, reps=10)[0] == pytest.approx(expected, rel=1e-12)
+    assert stratified_bootstrap_ci(DATA[data], statistic, reps=10)[0] == pytest.approx(
+        expected, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize(("data", "statistic"), list(RLIABLE))
 def test_interval_matches_rliable(data, statistic):
     # two Monte Carlo estimates of the same percentiles (different generators): measured over 10 seeds, ours
     # stayed within 0.9% of the interval's width of rliable's 200,000-replicate numbers
-    _, low, high = stratified_bootstrap_ci(DATA[data], statistic, reps=50_000, confidence=0.95, seed=0)
+    _, low, high = stratified_bootstrap_ci(
+        DATA[data], statistic, reps=50_000, confidence=0.95, seed=0
+    )
     _, ref_low, ref_high = RLIABLE[(data, statistic)]
     width = ref_high - ref_low
     assert low == pytest.approx(ref_low, abs=0.02 * width)
@@ -144,7 +176,9 @@ def test_seed_makes_it_reproducible():
     curves = np.random.default_rng(0).normal(size=(5, 20))
     for a, b in zip(curve_band(curves, reps=300, seed=3), curve_band(curves, reps=300, seed=3)):
         np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(curve_band(curves, reps=300, seed=3)[1], curve_band(curves, reps=300, seed=4)[1])
+    assert not np.array_equal(
+        curve_band(curves, reps=300, seed=3)[1], curve_band(curves, reps=300, seed=4)[1]
+    )
 
 
 def test_wider_confidence_gives_a_wider_interval():
@@ -161,7 +195,9 @@ def test_interval_shrinks_as_one_over_sqrt_runs(statistic):
     def mean_width(runs):
         widths = []
         for index in range(20):
-            _, low, high = stratified_bootstrap_ci(rng.normal(size=(runs, 2)), statistic, reps=1000, seed=index)
+            _, low, high = stratified_bootstrap_ci(
+                rng.normal(size=(runs, 2)), statistic, reps=1000, seed=index
+            )
             widths.append(high - low)
         return np.mean(widths)
 
@@ -176,7 +212,9 @@ def test_coverage_is_close_to_nominal(statistic):
     rng = np.random.default_rng(1)
     covered = 0
     for experiment in range(500):
-        _, low, high = stratified_bootstrap_ci(rng.normal(3.0, 2.0, size=40), statistic, reps=500, seed=experiment)
+        _, low, high = stratified_bootstrap_ci(
+            rng.normal(3.0, 2.0, size=40), statistic, reps=500, seed=experiment
+        )
         covered += low <= 3.0 <= high
     assert 0.90 <= covered / 500 <= 0.98, covered / 500
 
@@ -185,8 +223,13 @@ def test_few_runs_undercover():
     # the percentile bootstrap cannot spread wider than the runs themselves: with 3 runs a "95%" interval of
     # the mean covers the true mean far less often (the book's caveat about three seeds)
     rng = np.random.default_rng(2)
-    covered = sum(low <= 0.0 <= high for _, low, high in
-                  (stratified_bootstrap_ci(rng.normal(size=3), "mean", reps=500, seed=e) for e in range(500)))
+    covered = sum(
+        low <= 0.0 <= high
+        for _, low, high in (
+            stratified_bootstrap_ci(rng.normal(size=3), "mean", reps=500, seed=e)
+            for e in range(500)
+        )
+    )
     assert 0.6 < covered / 500 < 0.85, covered / 500
 
 
@@ -199,7 +242,9 @@ def test_stratification_keeps_tasks_apart():
         point, low, high = stratified_bootstrap_ci(scores, statistic, reps=2000)
         assert point == low == high == 50.0
     pooled = scores.ravel()[np.random.default_rng(0).integers(0, 8, size=(2000, 8))].mean(axis=1)
-    assert np.quantile(pooled, 0.975) - np.quantile(pooled, 0.025) > 40  # what mixing the tasks would report
+    assert (
+        np.quantile(pooled, 0.975) - np.quantile(pooled, 0.025) > 40
+    )  # what mixing the tasks would report
 
 
 def test_each_task_draws_its_own_runs():
@@ -238,7 +283,9 @@ def test_curve_band_is_the_bootstrap_at_each_point(statistic):
     np.testing.assert_allclose(point, expected, rtol=1e-12)
     # each point on its own: the one-task stratified bootstrap, up to Monte Carlo noise
     for index in (0, 13, 29):
-        _, ref_low, ref_high = stratified_bootstrap_ci(curves[:, index], statistic, reps=4000, seed=1)
+        _, ref_low, ref_high = stratified_bootstrap_ci(
+            curves[:, index], statistic, reps=4000, seed=1
+        )
         width = ref_high - ref_low
         assert low[index] == pytest.approx(ref_low, abs=0.06 * width)
         assert high[index] == pytest.approx(ref_high, abs=0.06 * width)

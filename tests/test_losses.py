@@ -87,17 +87,25 @@ def test_clipped_policy_loss_is_minus_mean_advantage_at_ratio_one():
 @pytest.mark.parametrize(
     "log_ratio, advantage, gradient_is_zero",
     [
-        (math.log(1.5), 1.0, True),    # positive advantage, ratio above 1 + eps: clipped
-        (math.log(0.5), -1.0, True),   # negative advantage, ratio below 1 - eps: clipped
-        (math.log(1.1), 1.0, False),   # inside the range
-        (math.log(0.5), 1.0, False),   # positive advantage, ratio below: the unclipped term is the max
+        (math.log(1.5), 1.0, True),  # positive advantage, ratio above 1 + eps: clipped
+        (math.log(0.5), -1.0, True),  # negative advantage, ratio below 1 - eps: clipped
+        (math.log(1.1), 1.0, False),  # inside the range
+        (
+            math.log(0.5),
+            1.0,
+            False,
+        ),  # positive advantage, ratio below: the unclipped term is the max
         (math.log(1.5), -1.0, False),  # negative advantage, ratio above: unclipped, pessimistic
     ],
 )
-def test_clipped_policy_loss_gradient_vanishes_exactly_on_the_clipped_side(log_ratio, advantage, gradient_is_zero):
+def test_clipped_policy_loss_gradient_vanishes_exactly_on_the_clipped_side(
+    log_ratio, advantage, gradient_is_zero
+):
     old = torch.zeros(1, 1, dtype=torch.float64)
     new = torch.full((1, 1), log_ratio, dtype=torch.float64, requires_grad=True)
-    clipped_policy_loss(new, old, torch.full((1, 1), advantage, dtype=torch.float64), clip_eps=0.2).backward()
+    clipped_policy_loss(
+        new, old, torch.full((1, 1), advantage, dtype=torch.float64), clip_eps=0.2
+    ).backward()
     assert (new.grad.item() == 0.0) == gradient_is_zero
 
 
@@ -109,26 +117,36 @@ def test_clip_eps_high_widens_only_the_upper_side():
     higher = clipped_policy_loss(new, old, advantages, clip_eps=0.2, clip_eps_high=0.28)
     assert symmetric.item() == pytest.approx((-1.2 + 0.8) / 2)
     assert higher.item() == pytest.approx((-1.25 + 0.8) / 2)
-    assert clip_fraction(new, old, 0.2).item() == pytest.approx(1.0)  # 1.25 and 0.75 both outside [0.8, 1.2]
+    assert clip_fraction(new, old, 0.2).item() == pytest.approx(
+        1.0
+    )  # 1.25 and 0.75 both outside [0.8, 1.2]
     assert clip_fraction(new, old, 0.2, clip_eps_high=0.28).item() == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_clipped_value_loss_equals_deepspeed_chat(seed):
     gen = torch.Generator().manual_seed(seed)
-    values, old_values, returns = (torch.randn(5, 7, generator=gen, dtype=torch.float64) for _ in range(3))
+    values, old_values, returns = (
+        torch.randn(5, 7, generator=gen, dtype=torch.float64) for _ in range(3)
+    )
     mask = right_padded_mask(5, 7, seed)
     ours = clipped_value_loss(values, old_values, returns, clip_eps=0.2, mask=mask)
-    assert ours.item() == pytest.approx(deepspeed_chat_critic_loss(values, old_values, returns, mask, 0.2).item())
+    assert ours.item() == pytest.approx(
+        deepspeed_chat_critic_loss(values, old_values, returns, mask, 0.2).item()
+    )
 
 
 def test_clipped_value_loss_is_half_mse_inside_the_clip_range_and_without_clipping():
     gen = torch.Generator().manual_seed(0)
     old_values = torch.randn(3, 5, generator=gen, dtype=torch.float64)
-    values = old_values + 0.1 * torch.rand(3, 5, generator=gen, dtype=torch.float64)  # |V - V_old| < 0.2
+    values = old_values + 0.1 * torch.rand(
+        3, 5, generator=gen, dtype=torch.float64
+    )  # |V - V_old| < 0.2
     returns = torch.randn(3, 5, generator=gen, dtype=torch.float64)
     half_mse = 0.5 * ((values - returns) ** 2).mean()
-    assert clipped_value_loss(values, old_values, returns, clip_eps=0.2).item() == pytest.approx(half_mse.item())
+    assert clipped_value_loss(values, old_values, returns, clip_eps=0.2).item() == pytest.approx(
+        half_mse.item()
+    )
     far = old_values + 5.0
     assert clipped_value_loss(far, old_values, returns, clip_eps=None).item() == pytest.approx(
         (0.5 * ((far - returns) ** 2).mean()).item()
@@ -162,7 +180,10 @@ def test_k1_and_k2_are_their_closed_forms():
 @pytest.mark.parametrize("seed", range(3))
 def test_monte_carlo_means_of_k1_and_k3_match_the_exact_kl_of_two_categoricals(seed):
     gen = torch.Generator().manual_seed(seed)
-    p_logits, q_logits = torch.randn(8, generator=gen, dtype=torch.float64), torch.randn(8, generator=gen, dtype=torch.float64)
+    p_logits, q_logits = (
+        torch.randn(8, generator=gen, dtype=torch.float64),
+        torch.randn(8, generator=gen, dtype=torch.float64),
+    )
     log_p, log_q = torch.log_softmax(p_logits, 0), torch.log_softmax(q_logits, 0)
     exact = (log_p.exp() * (log_p - log_q)).sum()
     samples = torch.multinomial(log_p.exp(), 200_000, replacement=True, generator=gen)
@@ -181,18 +202,42 @@ def test_approx_kl_is_k3_of_old_against_new_and_explained_variance_bounds():
     assert approx_kl(new, old).item() == pytest.approx(expected.item())
     returns = torch.randn(50, dtype=torch.float64)
     assert explained_variance(returns, returns).item() == pytest.approx(1.0)
-    assert explained_variance(torch.full_like(returns, returns.mean().item()), returns).item() == pytest.approx(0.0)
+    assert explained_variance(
+        torch.full_like(returns, returns.mean().item()), returns
+    ).item() == pytest.approx(0.0)
 
 
 @pytest.mark.parametrize(
     "call, name",
     [
-        (lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 3)), "old_logprobs"),
-        (lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), clip_eps=0.0), "clip_eps"),
-        (lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3, 2)), "advantages"),
-        (lambda: clipped_value_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2)), "returns"),
-        (lambda: clipped_value_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), clip_eps=-1), "clip_eps"),
-        (lambda: policy_gradient_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 2)), "mask"),
+        (
+            lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 3)),
+            "old_logprobs",
+        ),
+        (
+            lambda: clipped_policy_loss(
+                torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), clip_eps=0.0
+            ),
+            "clip_eps",
+        ),
+        (
+            lambda: clipped_policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3, 2)),
+            "advantages",
+        ),
+        (
+            lambda: clipped_value_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2)),
+            "returns",
+        ),
+        (
+            lambda: clipped_value_loss(
+                torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), clip_eps=-1
+            ),
+            "clip_eps",
+        ),
+        (
+            lambda: policy_gradient_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 2)),
+            "mask",
+        ),
         (lambda: kl_estimate(torch.zeros(3), torch.zeros(3), "k4"), "kind"),
         (lambda: kl_estimate(torch.zeros(3), torch.zeros(4), "k1"), "ref_logprobs"),
     ],
@@ -223,7 +268,9 @@ def test_garbage_on_padding_reaches_neither_a_loss_nor_a_gradient(garbage):
             "masked_mean_rows": masked_mean(logprobs, mask, dim=1).sum(),
             "masked_whiten": masked_whiten(advantages, mask).square().sum(),
             "policy_gradient_loss": policy_gradient_loss(logprobs, advantages, mask),
-            "clipped_policy_loss": clipped_policy_loss(logprobs, old_logprobs, advantages, 0.2, mask),
+            "clipped_policy_loss": clipped_policy_loss(
+                logprobs, old_logprobs, advantages, 0.2, mask
+            ),
             "clipped_value_loss": clipped_value_loss(values, old_logprobs, returns, 0.2, mask),
             "approx_kl": approx_kl(logprobs, old_logprobs, mask),
             "clip_fraction": clip_fraction(logprobs, old_logprobs, 0.2, mask),
@@ -237,7 +284,9 @@ def test_garbage_on_padding_reaches_neither_a_loss_nor_a_gradient(garbage):
     for name, value in dirty_results.items():
         torch.testing.assert_close(value, clean_results[name], msg=name)
         if value.requires_grad:
-            gradients = torch.autograd.grad(value, [t for t in dirty if t.requires_grad], allow_unused=True)
+            gradients = torch.autograd.grad(
+                value, [t for t in dirty if t.requires_grad], allow_unused=True
+            )
             for gradient in gradients:
                 if gradient is not None:
                     assert torch.isfinite(gradient).all(), name

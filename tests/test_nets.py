@@ -16,7 +16,9 @@ def test_orthogonal_init_with_the_prescribed_gains():
     torch.manual_seed(0)
     policy = CategoricalPolicy(4, 2, (64, 64))
     hidden, head = policy.net[0], policy.net[-1]
-    torch.testing.assert_close(singular_values(hidden), torch.full((4,), math.sqrt(2)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        singular_values(hidden), torch.full((4,), math.sqrt(2)), rtol=1e-5, atol=1e-5
+    )
     torch.testing.assert_close(singular_values(head), torch.full((2,), 0.01), rtol=1e-4, atol=1e-6)
     assert torch.all(hidden.bias == 0)
     value_head = ValueNetwork(4).net[-1]
@@ -53,8 +55,15 @@ def test_bad_sizes_raise_value_errors():
 
 # ---- The actor-critic network, the fast samplers and flat parameters (Chapter 6) -----------------------
 
-from rlkit.nets import (ActorCritic, categorical_log_prob_and_entropy, categorical_sample,  # noqa: E402
-                        FlatAdam, flatten_parameters, gaussian_log_prob_and_entropy, gaussian_sample)
+from rlkit.nets import (  # noqa: E402 (this part of the file tests Chapter 6's network)
+    ActorCritic,
+    FlatAdam,
+    categorical_log_prob_and_entropy,
+    categorical_sample,  # noqa: E402
+    flatten_parameters,
+    gaussian_log_prob_and_entropy,
+    gaussian_sample,
+)
 
 
 def separate_networks(agent: ActorCritic):
@@ -89,10 +98,19 @@ def test_actor_critic_init_gains_and_no_shared_torso():
     agent = ActorCritic(4, 2, (64, 64))
     (first, _), _, (head, head_bias) = agent.layers
     for member in (0, 1):  # each torso is its own orthogonal matrix with gain sqrt(2)
-        torch.testing.assert_close(torch.linalg.svdvals(first[member]), torch.full((4,), math.sqrt(2)), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            torch.linalg.svdvals(first[member]),
+            torch.full((4,), math.sqrt(2)),
+            rtol=1e-5,
+            atol=1e-5,
+        )
     assert not torch.allclose(first[0], first[1])
-    torch.testing.assert_close(torch.linalg.svdvals(head[0]), torch.full((2,), 0.01), rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(torch.linalg.svdvals(head[1, :, :1]), torch.ones(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        torch.linalg.svdvals(head[0]), torch.full((2,), 0.01), rtol=1e-4, atol=1e-6
+    )
+    torch.testing.assert_close(
+        torch.linalg.svdvals(head[1, :, :1]), torch.ones(1), rtol=1e-5, atol=1e-5
+    )
     assert torch.all(head[1, :, 1:] == 0) and torch.all(head_bias == 0)
 
 
@@ -117,7 +135,9 @@ def test_categorical_sample_follows_the_probabilities():
     frequencies = torch.bincount(actions, minlength=4).float() / len(actions)
     standard_error = (probs * (1 - probs) / len(actions)).sqrt()
     assert torch.all((frequencies - probs).abs() < 4 * standard_error), (frequencies, probs)
-    torch.testing.assert_close(logprobs, torch.distributions.Categorical(logits=logits).log_prob(actions))
+    torch.testing.assert_close(
+        logprobs, torch.distributions.Categorical(logits=logits).log_prob(actions)
+    )
 
 
 def test_categorical_sample_never_returns_a_zero_probability_action(monkeypatch):
@@ -132,7 +152,9 @@ def test_categorical_sample_never_returns_a_zero_probability_action(monkeypatch)
     short = torch.softmax(rows, -1).cumsum(-1)[:, -1] < 1
     assert short.any()
     for extreme in (0.0, 1.0 - 2.0**-24):
-        monkeypatch.setattr(torch, "rand", lambda shape, device=None, value=extreme: torch.full(shape, value))
+        monkeypatch.setattr(
+            torch, "rand", lambda shape, device=None, value=extreme: torch.full(shape, value)
+        )
         actions, logprobs = categorical_sample(rows[short])
         assert torch.all(actions < 3) and torch.isfinite(logprobs).all()
         first_impossible = torch.tensor([[float("-inf"), 0.0]])
@@ -179,7 +201,9 @@ def test_flat_parameters_share_memory_and_gradients_with_the_module():
     assert flat.grad.abs().sum() > 0
     with torch.no_grad():  # an optimizer step on the flat parameter is a step on the module
         flat.sub_(0.1 * flat.grad)
-    torch.testing.assert_close(torch.cat([p.detach().flatten() for p in agent.parameters()]), flat.detach())
+    torch.testing.assert_close(
+        torch.cat([p.detach().flatten() for p in agent.parameters()]), flat.detach()
+    )
     state = {name: tensor.clone() for name, tensor in agent.state_dict().items()}
     for assign in (False, True):
         fresh = ActorCritic(4, 2)
@@ -208,4 +232,6 @@ def test_flat_adam_takes_the_same_steps_as_torch_adam():
         torch_adam.step()
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-7)
     assert flat_adam.steps == 60
-    torch.testing.assert_close(flat_adam.exp_avg_sq, torch_adam.state[theirs]["exp_avg_sq"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        flat_adam.exp_avg_sq, torch_adam.state[theirs]["exp_avg_sq"], rtol=0, atol=0
+    )

@@ -25,7 +25,9 @@ def _close_figures():
 
 def _annotations(ax):
     """``{(row, col): text}`` for the numbers written in the cells."""
-    return {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    return {
+        (round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts
+    }
 
 
 def test_heatmap_writes_each_value_in_its_cell():
@@ -94,11 +96,15 @@ def _band_limits(ax, x):
     return low, high
 
 
-RUNS = np.array([[0.0, 1.0, 2.0, 3.0],
-                 [1.0, 3.0, 2.0, 5.0],
-                 [2.0, 2.0, 8.0, 4.0],
-                 [1.0, 0.0, 2.0, 4.0],
-                 [9.0, 2.0, 3.0, 4.0]])
+RUNS = np.array(
+    [
+        [0.0, 1.0, 2.0, 3.0],
+        [1.0, 3.0, 2.0, 5.0],
+        [2.0, 2.0, 8.0, 4.0],
+        [1.0, 0.0, 2.0, 4.0],
+        [9.0, 2.0, 3.0, 4.0],
+    ]
+)
 X = np.array([10.0, 20.0, 30.0, 40.0])
 
 
@@ -116,14 +122,26 @@ def test_mean_and_band_default_is_the_normal_95_interval():
 
 @pytest.mark.parametrize("statistic", ["mean", "iqm"])
 def test_mean_and_band_bootstrap_draws_curve_band(statistic):
-    ax = plot_mean_and_band(X, RUNS, band="bootstrap", statistic=statistic, reps=500, confidence=0.9, seed=3,
-                            color="tab:red")
-    centre, expected_low, expected_high = curve_band(RUNS, statistic, reps=500, confidence=0.9, seed=3)
+    ax = plot_mean_and_band(
+        X,
+        RUNS,
+        band="bootstrap",
+        statistic=statistic,
+        reps=500,
+        confidence=0.9,
+        seed=3,
+        color="tab:red",
+    )
+    centre, expected_low, expected_high = curve_band(
+        RUNS, statistic, reps=500, confidence=0.9, seed=3
+    )
     np.testing.assert_allclose(ax.lines[0].get_ydata(), centre)
     low, high = _band_limits(ax, X)
     np.testing.assert_allclose(low, expected_low)
     np.testing.assert_allclose(high, expected_high)
-    if statistic == "iqm":  # 5 runs: the lowest and the highest are cut at each x (9.0 and 8.0 do not count)
+    if (
+        statistic == "iqm"
+    ):  # 5 runs: the lowest and the highest are cut at each x (9.0 and 8.0 do not count)
         np.testing.assert_allclose(centre, [4 / 3, 5 / 3, 7 / 3, 4.0])
 
 

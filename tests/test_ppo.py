@@ -14,8 +14,17 @@ from rlkit.rollouts import RolloutCollector, make_vector_env
 
 
 def small_config(env_id="CartPole-v1", **overrides):
-    fields = dict(env_id=env_id, seed=0, total_steps=512, num_envs=4, num_steps=16, minibatch_size=16, num_epochs=4,
-                  learning_rate=3e-4, batched_env=False)
+    fields = dict(
+        env_id=env_id,
+        seed=0,
+        total_steps=512,
+        num_envs=4,
+        num_steps=16,
+        minibatch_size=16,
+        num_epochs=4,
+        learning_rate=3e-4,
+        batched_env=False,
+    )
     return ppo.PPOConfig(**{**fields, **overrides})
 
 
@@ -36,7 +45,9 @@ def hand_gae(rewards, values, dones, last_value, gamma, lam):
         following_advantage, following_value = 0.0, last_value[row].item()
         for t in reversed(range(rewards.shape[1])):
             not_done = 1.0 - dones[row, t].item()
-            delta = rewards[row, t].item() + gamma * not_done * following_value - values[row, t].item()
+            delta = (
+                rewards[row, t].item() + gamma * not_done * following_value - values[row, t].item()
+            )
             following_advantage = delta + gamma * lam * not_done * following_advantage
             advantages[row, t], following_value = following_advantage, values[row, t].item()
     return advantages, advantages + values
@@ -45,54 +56,83 @@ def hand_gae(rewards, values, dones, last_value, gamma, lam):
 def reference_update(agent, rollout, config, clip_eps):
     """PPO's update written the way CleanRL and SB3 write it: torch.distributions, torch.optim.Adam,
     clip_grad_norm_, per-minibatch advantage normalisation with the std, one permutation per epoch."""
-    advantages, returns = hand_gae(rollout.rewards, rollout.values, rollout.dones, rollout.last_value,
-                                   config.gamma, config.lam)
+    advantages, returns = hand_gae(
+        rollout.rewards, rollout.values, rollout.dones, rollout.last_value, config.gamma, config.lam
+    )
     obs, actions = rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
     old_logprobs, old_values = rollout.logprobs.flatten(), rollout.values.flatten()
     advantages, returns = advantages.flatten(), returns.flatten()
     optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
     generator, size = torch.Generator().manual_seed(config.seed), len(old_logprobs)
     for _ in range(config.num_epochs):
-        order = torch.arange(size) if config.minibatch_size == size else torch.randperm(size, generator=generator)
+        order = (
+            torch.arange(size)
+            if config.minibatch_size == size
+            else torch.randperm(size, generator=generator)
+        )
         for start in range(0, size, config.minibatch_size):
-            index = order[start:start + config.minibatch_size]
+            index = order[start : start + config.minibatch_size]
             head, values = agent(obs[index])
             if agent.continuous:
                 normal = Normal(head, agent.log_std.exp())
-                logprobs, entropy = normal.log_prob(actions[index]).sum(-1), normal.entropy().sum(-1)
+                logprobs, entropy = (
+                    normal.log_prob(actions[index]).sum(-1),
+                    normal.entropy().sum(-1),
+                )
             else:
                 categorical = Categorical(logits=head)
                 logprobs, entropy = categorical.log_prob(actions[index]), categorical.entropy()
             advantage = advantages[index]
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
             ratio = (logprobs - old_logprobs[index]).exp()
-            policy_loss = torch.max(-advantage * ratio, -advantage * ratio.clamp(1 - clip_eps, 1 + clip_eps)).mean()
+            policy_loss = torch.max(
+                -advantage * ratio, -advantage * ratio.clamp(1 - clip_eps, 1 + clip_eps)
+            ).mean()
             value_error = (values - returns[index]) ** 2
             if config.value_clip_eps is not None:
-                clipped = old_values[index] + (values - old_values[index]).clamp(-config.value_clip_eps, config.value_clip_eps)
+                clipped = old_values[index] + (values - old_values[index]).clamp(
+                    -config.value_clip_eps, config.value_clip_eps
+                )
                 value_error = torch.max(value_error, (clipped - returns[index]) ** 2)
-            loss = policy_loss + config.vf_coef * 0.5 * value_error.mean() - config.ent_coef * entropy.mean()
+            loss = (
+                policy_loss
+                + config.vf_coef * 0.5 * value_error.mean()
+                - config.ent_coef * entropy.mean()
+            )
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
             optimizer.step()
 
 
-@pytest.mark.parametrize("env_id, overrides", [
-    ("CartPole-v1", {}),
-    ("CartPole-v1", dict(value_clip_eps=0.2, ent_coef=0.01)),
-    ("CartPole-v1", dict(minibatch_size=64, num_epochs=3)),  # the minibatch is the whole rollout
-    ("CartPole-v1", dict(max_grad_norm=0.05)),  # the clip is active at every step
-    ("Pendulum-v1", dict(value_clip_eps=0.5, ent_coef=0.01)),
-])
+@pytest.mark.parametrize(
+    "env_id, overrides",
+    [
+        ("CartPole-v1", {}),
+        ("CartPole-v1", dict(value_clip_eps=0.2, ent_coef=0.01)),
+        (
+            "CartPole-v1",
+            dict(minibatch_size=64, num_epochs=3),
+        ),  # the minibatch is the whole rollout
+        ("CartPole-v1", dict(max_grad_norm=0.05)),  # the clip is active at every step
+        ("Pendulum-v1", dict(value_clip_eps=0.5, ent_coef=0.01)),
+    ],
+)
 def test_update_equals_a_plain_pytorch_ppo_loop(env_id, overrides):
     config = small_config(env_id, **overrides)
     agent, rollout = collect_one(config)
     reference, initial = copy.deepcopy(agent), [p.detach().clone() for p in agent.parameters()]
     flat = flatten_parameters(agent)
     # the scheduled clip range (0.1) is not the config's (0.2): the update must use the one it is given
-    metrics = ppo.update(agent, flat, FlatAdam(flat, config.learning_rate, eps=1e-5), rollout, config, 0.1,
-                         torch.Generator().manual_seed(config.seed))
+    metrics = ppo.update(
+        agent,
+        flat,
+        FlatAdam(flat, config.learning_rate, eps=1e-5),
+        rollout,
+        config,
+        0.1,
+        torch.Generator().manual_seed(config.seed),
+    )
     reference_update(reference, rollout, config, 0.1)
     for (name, ours), theirs in zip(agent.named_parameters(), reference.parameters()):
         torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-4, msg=name)
@@ -104,7 +144,9 @@ def test_ppo_loss_against_a_hand_computation():
     config = small_config(value_clip_eps=0.1, ent_coef=0.05, vf_coef=0.7)
     agent, rollout = collect_one(config)
     batch = ppo.Batch.from_rollout(rollout, torch.randn(64), torch.randn(64))
-    batch.logprobs = batch.logprobs + 0.3 * torch.randn(64)  # ratios well away from 1, both sides of the clip
+    batch.logprobs = batch.logprobs + 0.3 * torch.randn(
+        64
+    )  # ratios well away from 1, both sides of the clip
     loss, parts = ppo.ppo_loss(agent, batch, config, clip_eps=0.2, normalize_advantages=True)
     head, values = agent(batch.obs)
     logp = torch.log_softmax(head, -1)
@@ -112,7 +154,9 @@ def test_ppo_loss_against_a_hand_computation():
     expected = 0.0
     for i in range(64):
         ratio = math.exp(logp[i, batch.actions[i]].item() - batch.logprobs[i].item())
-        surrogate = min(ratio * advantages[i].item(), min(max(ratio, 0.8), 1.2) * advantages[i].item())
+        surrogate = min(
+            ratio * advantages[i].item(), min(max(ratio, 0.8), 1.2) * advantages[i].item()
+        )
         value, old, target = values[i].item(), batch.values[i].item(), batch.returns[i].item()
         clipped_value = old + min(max(value - old, -0.1), 0.1)
         value_loss = 0.5 * max((value - target) ** 2, (clipped_value - target) ** 2)
@@ -125,10 +169,14 @@ def test_ppo_loss_against_a_hand_computation():
 def test_minibatches_are_a_fresh_permutation_each_epoch():
     batch = ppo.Batch(*(torch.arange(12.0) for _ in range(6)))
     generator = torch.Generator().manual_seed(0)
-    epochs = [[minibatch.obs for minibatch in ppo.minibatches(batch, 4, generator)] for _ in range(2)]
+    epochs = [
+        [minibatch.obs for minibatch in ppo.minibatches(batch, 4, generator)] for _ in range(2)
+    ]
     for minibatches in epochs:
         assert [len(m) for m in minibatches] == [4, 4, 4]
-        assert sorted(torch.cat(minibatches).tolist()) == list(range(12))  # each transition exactly once
+        assert sorted(torch.cat(minibatches).tolist()) == list(
+            range(12)
+        )  # each transition exactly once
     assert not torch.equal(torch.cat(epochs[0]), torch.cat(epochs[1]))  # shuffled anew
     whole = list(ppo.minibatches(batch, 12, generator))
     assert len(whole) == 1 and whole[0] is batch
@@ -143,22 +191,32 @@ def test_training_is_reproducible_and_logs_the_diagnostics():
     assert len(first.history) == config.num_updates == 10
     for row in first.history:
         assert row["approx_kl"] >= 0 and 0 <= row["clip_fraction"] <= 1 and row["epochs"] == 4
-        assert all(math.isfinite(row[name]) for name in ("policy_loss", "value_loss", "entropy", "grad_norm",
-                                                         "explained_variance"))
+        assert all(
+            math.isfinite(row[name])
+            for name in ("policy_loss", "value_loss", "entropy", "grad_norm", "explained_variance")
+        )
     assert any(row["clip_fraction"] > 0 for row in first.history)
 
 
 def test_learning_rate_and_clip_range_anneal_linearly(monkeypatch):
     used_rates, adam_step = [], FlatAdam.step
-    monkeypatch.setattr(FlatAdam, "step", lambda self: (used_rates.append(self.lr), adam_step(self))[1])
+    monkeypatch.setattr(
+        FlatAdam, "step", lambda self: (used_rates.append(self.lr), adam_step(self))[1]
+    )
     config = small_config(total_steps=640, clip_schedule="linear")
     history = ppo.train(config).history
-    assert used_rates == [row["learning_rate"] for row in history for _ in range(16)]  # 4 epochs x 4 minibatches
+    assert used_rates == [
+        row["learning_rate"] for row in history for _ in range(16)
+    ]  # 4 epochs x 4 minibatches
     fractions = [1 - index / 10 for index in range(10)]
     assert [row["learning_rate"] for row in history] == pytest.approx([3e-4 * f for f in fractions])
     assert [row["clip_eps"] for row in history] == pytest.approx([0.2 * f for f in fractions])
-    constant = ppo.train(small_config(total_steps=640, lr_schedule="constant", clip_schedule="constant")).history
-    assert {row["learning_rate"] for row in constant} == {3e-4} and {row["clip_eps"] for row in constant} == {0.2}
+    constant = ppo.train(
+        small_config(total_steps=640, lr_schedule="constant", clip_schedule="constant")
+    ).history
+    assert {row["learning_rate"] for row in constant} == {3e-4} and {
+        row["clip_eps"] for row in constant
+    } == {0.2}
 
 
 def test_target_kl_stops_the_epochs_early():
@@ -171,7 +229,9 @@ def test_continuous_policy_starts_at_the_given_spread_and_evaluates_within_the_b
     result = ppo.train(config)
     assert result.agent.continuous and result.agent.log_std.shape == (1,)
     assert result.history[-1]["action_std"] == pytest.approx(result.agent.log_std.exp().item())
-    assert result.history[0]["action_std"] == pytest.approx(math.exp(-0.5), abs=0.02)  # one update from the start
+    assert result.history[0]["action_std"] == pytest.approx(
+        math.exp(-0.5), abs=0.02
+    )  # one update from the start
     act = ppo.greedy_actions(result.agent, __import__("gymnasium").make("Pendulum-v1").action_space)
     result.agent.weight2.data[0].fill_(10.0)  # a mean far outside [-2, 2]
     actions = act(torch.randn(50, 3))
@@ -183,10 +243,23 @@ def test_presets_fill_only_the_fields_left_out():
     config = ppo.PPOConfig(env_id="CartPole-v1", num_epochs=5)
     cartpole = PRESETS["ppo"]["CartPole-v1"]
     assert config.num_epochs == 5 and config.total_steps == cartpole["total_steps"] == 100_000
-    assert (config.num_envs, config.num_steps, config.minibatch_size, config.gamma, config.lam) == (32, 8, 256, 0.98, 0.8)
-    assert ppo.PPOConfig(env_id="Pendulum-v1").num_steps == PRESETS["ppo"]["Pendulum-v1"]["num_steps"]
+    assert (config.num_envs, config.num_steps, config.minibatch_size, config.gamma, config.lam) == (
+        32,
+        8,
+        256,
+        0.98,
+        0.8,
+    )
+    assert (
+        ppo.PPOConfig(env_id="Pendulum-v1").num_steps == PRESETS["ppo"]["Pendulum-v1"]["num_steps"]
+    )
     other = ppo.PPOConfig(env_id="Acrobot-v1")  # no preset: CleanRL's defaults
-    assert (other.num_steps, other.minibatch_size, other.lr_schedule, other.optimizer_eps) == (128, 128, "linear", 1e-5)
+    assert (other.num_steps, other.minibatch_size, other.lr_schedule, other.optimizer_eps) == (
+        128,
+        128,
+        "linear",
+        1e-5,
+    )
     assert (other.value_clip_eps, other.ent_coef) == (0.2, 0.01)
     assert config.value_clip_eps is None  # the presets leave value clipping off
 
@@ -213,7 +286,10 @@ BAD_CONFIGS = [
     (dict(ent_coef=-0.01), "ent_coef"),
     (dict(vf_coef="0.5"), "vf_coef"),
     (dict(normalize_advantages="yes"), "normalize_advantages"),
-    (dict(minibatch_size=1, num_envs=1, num_steps=4), "normalize_advantages"),  # whitening one advantage
+    (
+        dict(minibatch_size=1, num_envs=1, num_steps=4),
+        "normalize_advantages",
+    ),  # whitening one advantage
     (dict(hidden_sizes=64), "hidden_sizes"),
     (dict(activation="gelu"), "activation"),
     (dict(num_epochs=True), "num_epochs"),
@@ -231,7 +307,11 @@ BAD_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("overrides, field", BAD_CONFIGS, ids=[f"{field}={list(o.values())[-1]!r}" for o, field in BAD_CONFIGS])
+@pytest.mark.parametrize(
+    "overrides, field",
+    BAD_CONFIGS,
+    ids=[f"{field}={list(o.values())[-1]!r}" for o, field in BAD_CONFIGS],
+)
 def test_bad_configs_raise_a_value_error_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=rf"^{field} must be"):
         ppo.PPOConfig(**overrides)
@@ -244,7 +324,11 @@ def test_a_device_this_machine_lacks_is_refused():
 
 
 def test_options_that_do_not_fit_the_environment_are_refused_before_training():
-    with pytest.raises(ValueError, match="^initial_log_std must be None for CartPole-v1"):  # continuous-only option
+    with pytest.raises(
+        ValueError, match="^initial_log_std must be None for CartPole-v1"
+    ):  # continuous-only option
         ppo.train(small_config(initial_log_std=-0.5))
-    with pytest.raises(ValueError, match="^env_id must be an environment with flat Box observations"):
+    with pytest.raises(
+        ValueError, match="^env_id must be an environment with flat Box observations"
+    ):
         ppo.train(small_config("rlkit/GridWorld-v0"))

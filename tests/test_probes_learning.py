@@ -25,30 +25,97 @@ SMALL = (32, 32)
 
 # (train, config class, the fields the test sets, the probes it applies to)
 ALGORITHMS = {
-    "dqn": (dqn.train, dqn.DQNConfig, dict(
-        total_steps=200, learning_starts=50, batch_size=32, buffer_size=200, train_frequency=1,
-        target_update_interval=20, learning_rate=3e-3, exploration_fraction=1.0, end_epsilon=0.2, hidden_sizes=SMALL,
-    ), list(PROBES)),
-    "reinforce": (reinforce.train, reinforce.ReinforceConfig, dict(
-        total_steps=320, episodes_per_update=16, learning_rate=1e-2, baseline=False, hidden_sizes=SMALL,
-    ), POLICY_PROBES),
-    "reinforce_baseline": (reinforce.train, reinforce.ReinforceConfig, dict(
-        total_steps=320, episodes_per_update=16, learning_rate=1e-2, baseline=True, value_learning_rate=1e-2,
-        value_epochs=20, hidden_sizes=SMALL,
-    ), list(PROBES)),
-    "a2c": (a2c.train, a2c.A2CConfig, dict(
-        total_steps=1000, num_envs=8, num_steps=5, learning_rate=3e-3, lr_schedule="linear", hidden_sizes=SMALL,
-    ), list(PROBES)),
-    "ppo": (ppo.train, ppo.PPOConfig, dict(
-        total_steps=1024, num_envs=8, num_steps=8, minibatch_size=32, num_epochs=4, learning_rate=3e-3,
-        lr_schedule="linear", vf_coef=1.0, ent_coef=0.0, value_clip_eps=None, hidden_sizes=SMALL,
-    ), list(PROBES)),
+    "dqn": (
+        dqn.train,
+        dqn.DQNConfig,
+        dict(
+            total_steps=200,
+            learning_starts=50,
+            batch_size=32,
+            buffer_size=200,
+            train_frequency=1,
+            target_update_interval=20,
+            learning_rate=3e-3,
+            exploration_fraction=1.0,
+            end_epsilon=0.2,
+            hidden_sizes=SMALL,
+        ),
+        list(PROBES),
+    ),
+    "reinforce": (
+        reinforce.train,
+        reinforce.ReinforceConfig,
+        dict(
+            total_steps=320,
+            episodes_per_update=16,
+            learning_rate=1e-2,
+            baseline=False,
+            hidden_sizes=SMALL,
+        ),
+        POLICY_PROBES,
+    ),
+    "reinforce_baseline": (
+        reinforce.train,
+        reinforce.ReinforceConfig,
+        dict(
+            total_steps=320,
+            episodes_per_update=16,
+            learning_rate=1e-2,
+            baseline=True,
+            value_learning_rate=1e-2,
+            value_epochs=20,
+            hidden_sizes=SMALL,
+        ),
+        list(PROBES),
+    ),
+    "a2c": (
+        a2c.train,
+        a2c.A2CConfig,
+        dict(
+            total_steps=1000,
+            num_envs=8,
+            num_steps=5,
+            learning_rate=3e-3,
+            lr_schedule="linear",
+            hidden_sizes=SMALL,
+        ),
+        list(PROBES),
+    ),
+    "ppo": (
+        ppo.train,
+        ppo.PPOConfig,
+        dict(
+            total_steps=1024,
+            num_envs=8,
+            num_steps=8,
+            minibatch_size=32,
+            num_epochs=4,
+            learning_rate=3e-3,
+            lr_schedule="linear",
+            vf_coef=1.0,
+            ent_coef=0.0,
+            value_clip_eps=None,
+            hidden_sizes=SMALL,
+        ),
+        list(PROBES),
+    ),
     # worker processes take about a second to start: the two probes that exercise what A3C does differently
     # (n-step returns computed by each worker, and a policy that depends on the observation)
-    "a3c": (a3c.train, a3c.A3CConfig, dict(
-        total_steps=1000, num_workers=2, num_steps=5, learning_rate=3e-3, lr_schedule="linear", ent_coef=0.0,
-        hidden_sizes=SMALL, timeout=120,
-    ), [DELAYED, ACTION_OBSERVATION]),
+    "a3c": (
+        a3c.train,
+        a3c.A3CConfig,
+        dict(
+            total_steps=1000,
+            num_workers=2,
+            num_steps=5,
+            learning_rate=3e-3,
+            lr_schedule="linear",
+            ent_coef=0.0,
+            hidden_sizes=SMALL,
+            timeout=120,
+        ),
+        [DELAYED, ACTION_OBSERVATION],
+    ),
 }
 
 
@@ -76,7 +143,9 @@ def cases():
     for algorithm, (*_, probes) in ALGORITHMS.items():
         for env_id in probes:
             for seed in SEEDS:
-                yield pytest.param(algorithm, env_id, seed, id=f"{algorithm}-{PROBES[env_id].__name__}-seed{seed}")
+                yield pytest.param(
+                    algorithm, env_id, seed, id=f"{algorithm}-{PROBES[env_id].__name__}-seed{seed}"
+                )
 
 
 @pytest.mark.parametrize("algorithm, env_id, seed", list(cases()))
@@ -88,11 +157,17 @@ def test_algorithm_passes_probe(algorithm, env_id, seed):
 
 # Broken on purpose: each of these fails the same check.
 
+
 def test_a_dqn_that_bootstraps_across_termination_fails_the_constant_reward_probe(monkeypatch):
     """The classic Gymnasium bug: treat an episode's end like any other step. Q(0) -> 1 / (1 - gamma) = 2."""
     td_targets = dqn.td_targets
-    monkeypatch.setattr(dqn, "td_targets", lambda q_target, q_online, rewards, next_obs, terminated, gamma, double:
-                        td_targets(q_target, q_online, rewards, next_obs, torch.zeros_like(terminated), gamma, double))
+    monkeypatch.setattr(
+        dqn,
+        "td_targets",
+        lambda q_target, q_online, rewards, next_obs, terminated, gamma, double: td_targets(
+            q_target, q_online, rewards, next_obs, torch.zeros_like(terminated), gamma, double
+        ),
+    )
     result = train("dqn", CONSTANT, seed=0)
     failures = probe_failures(CONSTANT, GAMMA, **predictions("dqn", result, CONSTANT))
     assert len(failures) == 1 and "Q at observation +0, action 0" in failures[0], failures
@@ -100,7 +175,9 @@ def test_a_dqn_that_bootstraps_across_termination_fails_the_constant_reward_prob
 
 
 def test_a_dqn_with_the_wrong_discount_fails_the_delayed_reward_probe():
-    result = train("dqn", DELAYED, seed=0, gamma=0.99)  # the agent discounts by 0.99; the check expects 0.5
+    result = train(
+        "dqn", DELAYED, seed=0, gamma=0.99
+    )  # the agent discounts by 0.99; the check expects 0.5
     failures = probe_failures(DELAYED, GAMMA, **predictions("dqn", result, DELAYED))
     assert len(failures) == 1 and "Q at observation +0" in failures[0], failures
 
@@ -121,12 +198,19 @@ def blind_ids():
     return ids
 
 
-def test_an_agent_that_ignores_the_observation_passes_the_probes_that_need_none_and_fails_the_others(blind_ids):
+def test_an_agent_that_ignores_the_observation_passes_the_probes_that_need_none_and_fails_the_others(
+    blind_ids,
+):
     """REINFORCE with a baseline, trained on zeroed observations and shown zeros: an agent without its input."""
     passed = {}
     for env_id in PROBES:
         result = train("reinforce_baseline", blind_ids[env_id], seed=0)
         predicted = predictions("reinforce_baseline", result, env_id, see=torch.zeros_like)
         passed[PROBES[env_id].__name__] = not probe_failures(env_id, GAMMA, **predicted)
-    assert passed == {"ProbeConstantReward": True, "ProbeObservationReward": False, "ProbeDelayedReward": False,
-                      "ProbeActionReward": True, "ProbeActionObservationReward": False}
+    assert passed == {
+        "ProbeConstantReward": True,
+        "ProbeObservationReward": False,
+        "ProbeDelayedReward": False,
+        "ProbeActionReward": True,
+        "ProbeActionObservationReward": False,
+    }

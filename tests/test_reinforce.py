@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+import rlkit.reinforce as reinforce
+from rlkit.nets import CategoricalPolicy, ValueNetwork
 from rlkit.reinforce import (
     EpisodeBatch,
     ReinforceConfig,
@@ -17,8 +19,6 @@ from rlkit.reinforce import (
     returns_to_go,
     train,
 )
-import rlkit.reinforce as reinforce
-from rlkit.nets import CategoricalPolicy, ValueNetwork
 
 GAMMA = 0.9
 
@@ -35,20 +35,34 @@ class ConstantValue(torch.nn.Module):
 def two_episodes() -> EpisodeBatch:
     """Row 0 terminates after 2 steps (then the autoreset step and padding); row 1 is truncated after 3."""
     mask = torch.tensor([[1.0, 1, 0, 0], [1, 1, 1, 0]])
-    rewards = torch.tensor([[1.0, 2, 0, 7], [1, 1, 1, 7]])  # the 7s sit on masked steps and must not count
+    rewards = torch.tensor(
+        [[1.0, 2, 0, 7], [1, 1, 1, 7]]
+    )  # the 7s sit on masked steps and must not count
     terminated = torch.tensor([[0.0, 1, 0, 0], [0, 0, 0, 0]])
     truncated = torch.tensor([[0.0, 0, 0, 0], [0, 0, 1, 0]])
     obs = torch.zeros(2, 4, 1)
-    return EpisodeBatch(obs, torch.zeros(2, 4, dtype=torch.long), rewards, mask, terminated, truncated, torch.zeros(2, 1))
+    return EpisodeBatch(
+        obs,
+        torch.zeros(2, 4, dtype=torch.long),
+        rewards,
+        mask,
+        terminated,
+        truncated,
+        torch.zeros(2, 1),
+    )
 
 
 def test_returns_stop_at_termination_and_bootstrap_only_a_truncation():
     batch = two_episodes()
     plain = returns_to_go(batch, GAMMA)
     bootstrapped = returns_to_go(batch, GAMMA, ConstantValue(10.0))
-    expected_plain = torch.tensor([[1 + GAMMA * 2, 2, 0, 0], [1 + GAMMA + GAMMA**2, 1 + GAMMA, 1, 0]])
+    expected_plain = torch.tensor(
+        [[1 + GAMMA * 2, 2, 0, 0], [1 + GAMMA + GAMMA**2, 1 + GAMMA, 1, 0]]
+    )
     tail = GAMMA * 10.0  # gamma * V(final observation), added to the truncated step's reward
-    expected_boot = expected_plain + torch.tensor([[0, 0, 0, 0], [GAMMA**2 * tail, GAMMA * tail, tail, 0]])
+    expected_boot = expected_plain + torch.tensor(
+        [[0, 0, 0, 0], [GAMMA**2 * tail, GAMMA * tail, tail, 0]]
+    )
     torch.testing.assert_close(plain, expected_plain)
     torch.testing.assert_close(bootstrapped, expected_boot)  # row 0 (terminated) is unchanged
 
@@ -62,7 +76,9 @@ def test_a_time_limit_on_the_terminal_step_does_not_bootstrap():
 
 
 def test_collect_refuses_a_same_step_vector_env():
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1")], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
     with pytest.raises(ValueError, match="envs must be a vector env in NEXT_STEP autoreset mode"):
         collect_episodes(envs, CategoricalPolicy(4, 2, (8,)))
 
@@ -71,9 +87,13 @@ def test_gradient_estimates_are_reproducible_and_leave_the_global_generator_alon
     torch.manual_seed(0)
     policy, value = CategoricalPolicy(4, 2, (8,)), ValueNetwork(4, (8,))
     state = torch.random.get_rng_state()
-    first = gradient_estimates(policy, value, "CartPole-v1", batches=3, episodes_per_batch=2, seed=11)
+    first = gradient_estimates(
+        policy, value, "CartPole-v1", batches=3, episodes_per_batch=2, seed=11
+    )
     assert torch.equal(torch.random.get_rng_state(), state)
-    second = gradient_estimates(policy, value, "CartPole-v1", batches=3, episodes_per_batch=2, seed=11)
+    second = gradient_estimates(
+        policy, value, "CartPole-v1", batches=3, episodes_per_batch=2, seed=11
+    )
     for a, b in zip(first, second):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -90,14 +110,18 @@ def test_the_loss_is_a_sum_over_steps_divided_by_the_number_of_episodes():
         for t in range(4):
             if batch.mask[row, t]:
                 logits = policy(batch.obs[row, t])
-                expected -= torch.log_softmax(logits, -1)[batch.actions[row, t]] * advantages[row, t]
+                expected -= (
+                    torch.log_softmax(logits, -1)[batch.actions[row, t]] * advantages[row, t]
+                )
     torch.testing.assert_close(reinforce_loss(policy, batch, advantages), expected / 2)
 
 
 def vector_env_with_lengths(lengths):
     """CartPole copies whose time limits differ, so their episodes end at known, different steps."""
-    return gym.vector.SyncVectorEnv([lambda n=n: gym.make("CartPole-v1", max_episode_steps=n) for n in lengths],
-                                    autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    return gym.vector.SyncVectorEnv(
+        [lambda n=n: gym.make("CartPole-v1", max_episode_steps=n) for n in lengths],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
 
 
 def test_collect_masks_the_autoreset_step_and_keeps_the_true_final_observation():
@@ -107,7 +131,9 @@ def test_collect_masks_the_autoreset_step_and_keeps_the_true_final_observation()
     batch = collect_episodes(envs, policy, seed=5)
     assert batch.obs.shape == (2, 6, 4)
     torch.testing.assert_close(batch.mask, torch.tensor([[1.0, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]]))
-    torch.testing.assert_close(batch.truncated, torch.tensor([[0.0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 1]]))
+    torch.testing.assert_close(
+        batch.truncated, torch.tensor([[0.0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 1]])
+    )
     assert batch.terminated.sum() == 0
     # Row 0's step 3 is the autoreset step: Gymnasium returned a reset observation with reward 0 there.
     assert batch.rewards[0, 3] == 0.0
@@ -127,7 +153,9 @@ def test_masked_steps_never_reach_the_gradient():
 
     def gradient(b):
         policy.zero_grad()
-        advantages = returns_to_go(b, GAMMA, ConstantValue(3.0)) - 1.0  # non-zero wherever the mask fails
+        advantages = (
+            returns_to_go(b, GAMMA, ConstantValue(3.0)) - 1.0
+        )  # non-zero wherever the mask fails
         reinforce_loss(policy, b, advantages).backward()
         return torch.cat([p.grad.flatten() for p in policy.parameters()])
 
@@ -142,11 +170,15 @@ def test_a_terminated_episode_ends_with_termination_and_no_bootstrap():
     torch.manual_seed(0)
     batch = collect_episodes(make_envs("CartPole-v1", 4), CategoricalPolicy(4, 2, (8,)), seed=0)
     lengths = batch.mask.sum(dim=1)
-    assert torch.all(lengths < 500) and torch.all(batch.terminated.sum(dim=1) == 1)  # a random policy falls
+    assert torch.all(lengths < 500) and torch.all(
+        batch.terminated.sum(dim=1) == 1
+    )  # a random policy falls
     last = (lengths - 1).long()
     assert torch.all(batch.terminated[torch.arange(4), last] == 1)
     returns = returns_to_go(batch, GAMMA, ConstantValue(100.0))
-    torch.testing.assert_close(returns, returns_to_go(batch, GAMMA))  # V(final) is not added after a fall
+    torch.testing.assert_close(
+        returns, returns_to_go(batch, GAMMA)
+    )  # V(final) is not added after a fall
 
 
 @pytest.fixture(scope="module")
@@ -169,11 +201,18 @@ def projected_z_scores(difference: torch.Tensor, directions: torch.Tensor) -> to
 
 def test_the_baseline_keeps_the_mean_gradient_and_cuts_its_variance(policy_and_fitted_baseline):
     policy, value = policy_and_fitted_baseline
-    without, with_baseline = gradient_estimates(policy, value, "CartPole-v1", batches=200, episodes_per_batch=8, seed=7)
+    without, with_baseline = gradient_estimates(
+        policy, value, "CartPole-v1", batches=200, episodes_per_batch=8, seed=7
+    )
     variance_ratio = with_baseline.var(0).sum() / without.var(0).sum()
     print(f"total variance with / without the baseline: {variance_ratio:.3f}")
     assert variance_ratio <= 0.7
-    directions = torch.cat([without.mean(0, keepdim=True), torch.randn(8, without.shape[1], generator=torch.Generator().manual_seed(1))])
+    directions = torch.cat(
+        [
+            without.mean(0, keepdim=True),
+            torch.randn(8, without.shape[1], generator=torch.Generator().manual_seed(1)),
+        ]
+    )
     z = projected_z_scores(without - with_baseline, directions)
     assert torch.all(z.abs() < 4), z  # the mean is unchanged, within its standard error
 
@@ -188,13 +227,18 @@ def test_an_action_dependent_baseline_shifts_the_mean(policy_and_fitted_baseline
         reinforce_loss(policy, batch, 20.0 * batch.actions * batch.mask).backward()
         differences.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
     differences = torch.stack(differences)
-    z = projected_z_scores(differences, torch.randn(9, differences.shape[1], generator=torch.Generator().manual_seed(1)))
+    z = projected_z_scores(
+        differences,
+        torch.randn(9, differences.shape[1], generator=torch.Generator().manual_seed(1)),
+    )
     assert z.abs().max() > 4
 
 
 def test_the_cartpole_preset_fills_only_what_the_caller_leaves_out():
     config = ReinforceConfig(env_id="CartPole-v1", learning_rate=3e-4)
-    assert config.learning_rate == 3e-4 and config.total_steps == 200_000 and config.baseline is True
+    assert (
+        config.learning_rate == 3e-4 and config.total_steps == 200_000 and config.baseline is True
+    )
 
 
 @pytest.mark.parametrize(
@@ -221,7 +265,9 @@ def test_a_continuous_action_environment_is_refused():
 
 @pytest.mark.parametrize("baseline", [True, False])
 def test_same_seed_same_numbers(baseline):
-    config = dict(total_steps=400, episodes_per_update=4, hidden_sizes=(16,), seed=3, baseline=baseline)
+    config = dict(
+        total_steps=400, episodes_per_update=4, hidden_sizes=(16,), seed=3, baseline=baseline
+    )
     first, second = train(ReinforceConfig(**config)), train(ReinforceConfig(**config))
     for a, b in zip(first.agent.parameters(), second.agent.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

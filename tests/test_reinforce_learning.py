@@ -14,7 +14,9 @@ def greedy_scores():
     for seed in SEEDS:
         result = train(ReinforceConfig(env_id="CartPole-v1", seed=seed))
         assert result.config.baseline and result.config.total_steps <= 200_000
-        assert result.history[-1]["step"] < 200_000 + 8 * 500  # the last update may finish its episodes
+        assert (
+            result.history[-1]["step"] < 200_000 + 8 * 500
+        )  # the last update may finish its episodes
         scores[seed] = evaluate(result, episodes=100)
     return scores
 

@@ -38,7 +38,12 @@ def total_duration(image) -> int:
 
 
 def test_max_steps_stops_a_long_episode(tmp_path):
-    assert record_gif("Pendulum-v1", lambda obs: torch.zeros(len(obs), 1), tmp_path / "p.gif", max_steps=7) < 0
+    assert (
+        record_gif(
+            "Pendulum-v1", lambda obs: torch.zeros(len(obs), 1), tmp_path / "p.gif", max_steps=7
+        )
+        < 0
+    )
     assert total_duration(Image.open(tmp_path / "p.gif")) == (1 + 7 // 2) * 70
 
 
@@ -50,7 +55,9 @@ def test_the_last_frame_is_kept_when_every_skips_it(tmp_path):
         length += 1
     length += 1
     record_gif("CartPole-v1", push_left, tmp_path / "e.gif", seed=4, every=length + 5, fps=100)
-    assert total_duration(Image.open(tmp_path / "e.gif")) == 2 * 10 * (length + 5)  # the reset frame and the last
+    assert total_duration(Image.open(tmp_path / "e.gif")) == 2 * 10 * (
+        length + 5
+    )  # the reset frame and the last
 
 
 @pytest.mark.parametrize("field", ["max_steps", "fps", "every", "width"])

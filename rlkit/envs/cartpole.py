@@ -33,9 +33,18 @@ def cartpole_dynamics(state: np.ndarray, actions: np.ndarray) -> np.ndarray:
     cos_theta, sin_theta = np.cos(theta), np.sin(theta)
     temp = (force + POLEMASS_LENGTH * np.square(theta_dot) * sin_theta) / TOTAL_MASS
     theta_acc = (GRAVITY * sin_theta - cos_theta * temp) / (
-        HALF_LENGTH * (4.0 / 3.0 - MASS_POLE * np.square(cos_theta) / TOTAL_MASS))
+        HALF_LENGTH * (4.0 / 3.0 - MASS_POLE * np.square(cos_theta) / TOTAL_MASS)
+    )
     x_acc = temp - POLEMASS_LENGTH * theta_acc * cos_theta / TOTAL_MASS
-    return np.stack([x + TAU * x_dot, x_dot + TAU * x_acc, theta + TAU * theta_dot, theta_dot + TAU * theta_acc], axis=1)
+    return np.stack(
+        [
+            x + TAU * x_dot,
+            x_dot + TAU * x_acc,
+            theta + TAU * theta_dot,
+            theta_dot + TAU * theta_acc,
+        ],
+        axis=1,
+    )
 
 
 def cartpole_terminated(state: np.ndarray) -> np.ndarray:
@@ -52,7 +61,9 @@ class BatchedCartPole(VectorEnv):
         if not (isinstance(num_envs, int) and num_envs >= 1):
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         if not (isinstance(max_episode_steps, int) and max_episode_steps >= 1):
-            raise ValueError(f"max_episode_steps must be an integer >= 1, got {max_episode_steps!r}")
+            raise ValueError(
+                f"max_episode_steps must be an integer >= 1, got {max_episode_steps!r}"
+            )
         self.num_envs, self.max_episode_steps = num_envs, max_episode_steps
         high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
         self.single_observation_space = spaces.Box(-high, high, dtype=np.float32)

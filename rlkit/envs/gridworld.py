@@ -22,9 +22,18 @@ import numpy as np
 UP, RIGHT, DOWN, LEFT = range(4)
 MOVES = np.array([(-1, 0), (0, 1), (1, 0), (0, -1)])
 ACTION_NAMES = ("up", "right", "down", "left")
-COLOURS = {".": (240, 240, 240), "#": (60, 60, 60), "S": (200, 220, 255), "G": (120, 200, 120),
-           "X": (230, 110, 110), "T": (170, 170, 170), "A": (250, 210, 120), "B": (250, 230, 170),
-           "a": (240, 240, 240), "b": (240, 240, 240)}
+COLOURS = {
+    ".": (240, 240, 240),
+    "#": (60, 60, 60),
+    "S": (200, 220, 255),
+    "G": (120, 200, 120),
+    "X": (230, 110, 110),
+    "T": (170, 170, 170),
+    "A": (250, 210, 120),
+    "B": (250, 230, 170),
+    "a": (240, 240, 240),
+    "b": (240, 240, 240),
+}
 CELL_PIXELS = 32
 
 
@@ -35,7 +44,9 @@ class Layout:
     rows: tuple[str, ...]
     step_reward: float = 0.0
     bump_reward: float = 0.0
-    terminal_rewards: dict[str, float] = field(default_factory=lambda: {"G": 1.0, "X": -1.0, "T": 0.0})
+    terminal_rewards: dict[str, float] = field(
+        default_factory=lambda: {"G": 1.0, "X": -1.0, "T": 0.0}
+    )
     jumps: dict[str, tuple[str, float]] = field(default_factory=dict)
     gamma: float = 0.9  # the discount the book uses with this layout
 
@@ -46,8 +57,12 @@ class Layout:
         allowed |= {target for target, _ in self.jumps.values()}
         unknown = set("".join(self.rows)) - allowed
         if unknown:
-            raise ValueError(f"rows use unknown cell characters {sorted(unknown)}; allowed: {sorted(allowed)}")
-        missing = [target for target, _ in self.jumps.values() if "".join(self.rows).count(target) != 1]
+            raise ValueError(
+                f"rows use unknown cell characters {sorted(unknown)}; allowed: {sorted(allowed)}"
+            )
+        missing = [
+            target for target, _ in self.jumps.values() if "".join(self.rows).count(target) != 1
+        ]
         if missing:
             raise ValueError(f"jumps targets {missing} must each appear exactly once in rows")
         if not 0.0 <= self.gamma <= 1.0:
@@ -71,7 +86,8 @@ LAYOUTS: dict[str, Layout] = {
     "random_walk_5": Layout(rows=("T..S..G",), terminal_rewards={"T": 0.0, "G": 1.0}, gamma=1.0),
     # Sutton & Barto Example 8.1 (the Dyna maze): +1 on reaching G, 0 otherwise.
     "dyna_maze": Layout(
-        rows=(".......#G", "..#....#.", "S.#....#.", "..#......", ".....#...", "........."), gamma=0.95
+        rows=(".......#G", "..#....#.", "S.#....#.", "..#......", ".....#...", "........."),
+        gamma=0.95,
     ),
 }
 
@@ -84,10 +100,14 @@ class GridWorld(gym.Env):
     def __init__(self, layout: str | Layout = "chapter1", render_mode: str | None = None):
         if isinstance(layout, str):
             if layout not in LAYOUTS:
-                raise ValueError(f"layout must be one of {sorted(LAYOUTS)} or a Layout, got {layout!r}")
+                raise ValueError(
+                    f"layout must be one of {sorted(LAYOUTS)} or a Layout, got {layout!r}"
+                )
             layout = LAYOUTS[layout]
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}"
+            )
         self.layout = layout
         self.render_mode = render_mode
         self.grid = np.array([list(row) for row in layout.rows])
@@ -101,7 +121,9 @@ class GridWorld(gym.Env):
         starts = np.flatnonzero(cells == "S")
         self.start_states = starts if starts.size else np.flatnonzero(~self.walls & ~self.terminal)
         self._P, self._R = self._tabulate()
-        self._next_state = self._P.argmax(axis=2).tolist()  # deterministic dynamics as lookup tables: a fast step()
+        self._next_state = self._P.argmax(
+            axis=2
+        ).tolist()  # deterministic dynamics as lookup tables: a fast step()
         self._reward = self._R.tolist()
         self._is_terminal = self.terminal.tolist()
         self.state = int(self.start_states[0])
@@ -112,7 +134,9 @@ class GridWorld(gym.Env):
         cell = self.grid[row, col]
         if cell in self.layout.jumps:
             target, bonus = self.layout.jumps[cell]
-            return int(np.flatnonzero(self.grid.ravel() == target)[0]), self.layout.step_reward + bonus
+            return int(
+                np.flatnonzero(self.grid.ravel() == target)[0]
+            ), self.layout.step_reward + bonus
         new_row, new_col = row + MOVES[action][0], col + MOVES[action][1]
         inside = 0 <= new_row < self.shape[0] and 0 <= new_col < self.shape[1]
         if not inside or self.grid[new_row, new_col] == "#":
@@ -147,13 +171,17 @@ class GridWorld(gym.Env):
             self.state = int(self.np_random.choice(self.start_states))
         else:
             if not (0 <= int(start) < self.n_states) or self.walls[int(start)]:
-                raise ValueError(f"options['start_state'] must be a non-wall state in [0, {self.n_states}), got {start!r}")
+                raise ValueError(
+                    f"options['start_state'] must be a non-wall state in [0, {self.n_states}), got {start!r}"
+                )
             self.state = int(start)
         return self.state, {}
 
     def step(self, action):
         if not (isinstance(action, (int, np.integer)) and 0 <= action < 4):
-            raise ValueError(f"action must be in {{0, 1, 2, 3}} (up, right, down, left), got {action!r}")
+            raise ValueError(
+                f"action must be in {{0, 1, 2, 3}} (up, right, down, left), got {action!r}"
+            )
         if self._is_terminal[self.state]:
             raise RuntimeError("step() called after the episode terminated; call reset() first")
         reward = self._reward[self.state][action]
@@ -170,7 +198,9 @@ class GridWorld(gym.Env):
             image = image.repeat(CELL_PIXELS, axis=0).repeat(CELL_PIXELS, axis=1)
             row, col = divmod(self.state, self.shape[1])
             quarter = CELL_PIXELS // 4
-            image[row * CELL_PIXELS + quarter:(row + 1) * CELL_PIXELS - quarter,
-                  col * CELL_PIXELS + quarter:(col + 1) * CELL_PIXELS - quarter] = (40, 90, 200)
+            image[
+                row * CELL_PIXELS + quarter : (row + 1) * CELL_PIXELS - quarter,
+                col * CELL_PIXELS + quarter : (col + 1) * CELL_PIXELS - quarter,
+            ] = (40, 90, 200)
             return image
         return None

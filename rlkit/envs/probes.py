@@ -67,7 +67,9 @@ class ProbeEnv(gym.Env):
 
     def step(self, action):
         if self.done:
-            raise RuntimeError(f"{type(self).__name__}.step() after the episode ended: call reset() first")
+            raise RuntimeError(
+                f"{type(self).__name__}.step() after the episode ended: call reset() first"
+            )
         if not self.action_space.contains(action):
             raise ValueError(f"action must be in {self.action_space}, got {action!r}")
         reward = float(self.reward(self.obs[0], int(action)))
@@ -86,8 +88,13 @@ class ProbeEnv(gym.Env):
     def q_values(cls, obs: np.ndarray, gamma: float) -> np.ndarray:
         """Exact ``Q(s, a)``, ``[..., n_actions]``, for observations ``[..., 1]``; the same for every policy."""
         o = np.asarray(obs, dtype=np.float64)[..., 0]
-        return np.stack([np.broadcast_to(cls.reward(o, np.full(o.shape, a)), o.shape) for a in range(cls.n_actions)],
-                        axis=-1).astype(np.float64)
+        return np.stack(
+            [
+                np.broadcast_to(cls.reward(o, np.full(o.shape, a)), o.shape)
+                for a in range(cls.n_actions)
+            ],
+            axis=-1,
+        ).astype(np.float64)
 
     @classmethod
     def expected_values(cls, obs: np.ndarray, gamma: float) -> np.ndarray:
@@ -108,7 +115,9 @@ class ProbeEnv(gym.Env):
 class ProbeConstantReward(ProbeEnv):
     """Probe 1: one action, one step, observation 0, reward +1."""
 
-    checks = "the value loss and its target: a critic that cannot fit a constant is broken at the loss"
+    checks = (
+        "the value loss and its target: a critic that cannot fit a constant is broken at the loss"
+    )
     expected = "V(0) = 1"
 
 
@@ -132,7 +141,9 @@ class ProbeDelayedReward(ProbeEnv):
 
     horizon = 2
     OBSERVATIONS = (0.0, 1.0)
-    checks = "discounting and bootstrapping: the first state's value comes only through the second's"
+    checks = (
+        "discounting and bootstrapping: the first state's value comes only through the second's"
+    )
     expected = "V(0) = gamma, V(1) = 1"
 
     def next_observation(self) -> float:
@@ -145,7 +156,9 @@ class ProbeDelayedReward(ProbeEnv):
     @classmethod
     def q_values(cls, obs, gamma):
         o = np.asarray(obs, dtype=np.float64)[..., :1]
-        return np.where(o == 1.0, 1.0, gamma)  # the first step's reward is 0, then V(1) = 1 discounted once
+        return np.where(
+            o == 1.0, 1.0, gamma
+        )  # the first step's reward is 0, then V(1) = 1 discounted once
 
 
 class ProbeActionReward(ProbeEnv):
@@ -188,8 +201,15 @@ PROBES: dict[str, type[ProbeEnv]] = {
 }
 
 
-def probe_failures(env_id: str, gamma: float, values=None, q_values=None, action_probs=None, value_tol: float = 0.1,
-                   min_prob: float = 0.9) -> list[str]:
+def probe_failures(
+    env_id: str,
+    gamma: float,
+    values=None,
+    q_values=None,
+    action_probs=None,
+    value_tol: float = 0.1,
+    min_prob: float = 0.9,
+) -> list[str]:
     """Compare an agent's predictions with a probe's exact answers; one line per failure (empty: it passed).
 
     Each prediction is evaluated at ``PROBES[env_id].observations()``: ``values`` ``[N]`` (a critic's V),
@@ -207,13 +227,18 @@ def probe_failures(env_id: str, gamma: float, values=None, q_values=None, action
         got = np.asarray(got, dtype=np.float64).reshape(np.shape(want))
         for index in np.ndindex(got.shape):
             if not abs(got[index] - want[index]) <= value_tol:  # also fails on NaN
-                failures.append(f"{env_id}: {name} at observation {obs[index[0], 0]:+g}"
-                                f"{f', action {index[1]}' if len(index) > 1 else ''} is {got[index]:.3f}, "
-                                f"expected {want[index]:.3f} (+- {value_tol}); this probe checks {probe.checks}")
+                failures.append(
+                    f"{env_id}: {name} at observation {obs[index[0], 0]:+g}"
+                    f"{f', action {index[1]}' if len(index) > 1 else ''} is {got[index]:.3f}, "
+                    f"expected {want[index]:.3f} (+- {value_tol}); this probe checks {probe.checks}"
+                )
 
     if values is not None:
-        want = (probe.expected_values(obs, gamma) if action_probs is None
-                else probe.policy_values(obs, np.asarray(action_probs), gamma))
+        want = (
+            probe.expected_values(obs, gamma)
+            if action_probs is None
+            else probe.policy_values(obs, np.asarray(action_probs), gamma)
+        )
         compare("V", values, want)
     if q_values is not None:
         compare("Q", q_values, probe.q_values(obs, gamma))
@@ -222,6 +247,8 @@ def probe_failures(env_id: str, gamma: float, values=None, q_values=None, action
         best = probe.optimal_actions(obs)
         for i, action in enumerate(best):
             if not probs[i, action] > min_prob:
-                failures.append(f"{env_id}: pi(best action {action} | observation {obs[i, 0]:+g}) is "
-                                f"{probs[i, action]:.3f}, expected > {min_prob}; this probe checks {probe.checks}")
+                failures.append(
+                    f"{env_id}: pi(best action {action} | observation {obs[i, 0]:+g}) is "
+                    f"{probs[i, action]:.3f}, expected > {min_prob}; this probe checks {probe.checks}"
+                )
     return failures

@@ -26,11 +26,17 @@ class TabularMDP:
             raise ValueError(f"R must be a [S, A] array, got shape {self.R.shape}")
         n_states, n_actions = self.R.shape
         if self.P.shape != (n_states, n_actions, n_states):
-            raise ValueError(f"P must have shape ({n_states}, {n_actions}, {n_states}), got {self.P.shape}")
+            raise ValueError(
+                f"P must have shape ({n_states}, {n_actions}, {n_states}), got {self.P.shape}"
+            )
         if np.any(self.P < 0) or not np.allclose(self.P.sum(axis=2), 1.0):
-            raise ValueError("P[s, a] must be a probability distribution over next states for every (s, a)")
+            raise ValueError(
+                "P[s, a] must be a probability distribution over next states for every (s, a)"
+            )
         if self.terminal.shape != (n_states,) or self.terminal.dtype != bool:
-            raise ValueError(f"terminal must be a boolean array of shape ({n_states},), got {self.terminal.dtype} {self.terminal.shape}")
+            raise ValueError(
+                f"terminal must be a boolean array of shape ({n_states},), got {self.terminal.dtype} {self.terminal.shape}"
+            )
 
     @property
     def n_states(self) -> int:
@@ -55,13 +61,21 @@ class TabularMDP:
             return cls(P, R, terminal.astype(bool), getattr(env, "shape", None))
         table = getattr(env, "P", None)
         if not isinstance(table, dict):
-            raise ValueError(f"{type(env).__name__} publishes no model: expected a toy-text P table or a model() method")
-        shape = getattr(env, "shape", None) or ((env.nrow, env.ncol) if hasattr(env, "nrow") else None)
+            raise ValueError(
+                f"{type(env).__name__} publishes no model: expected a toy-text P table or a model() method"
+            )
+        shape = getattr(env, "shape", None) or (
+            (env.nrow, env.ncol) if hasattr(env, "nrow") else None
+        )
         initial = getattr(env, "initial_state_distrib", None)
-        return cls._from_toy_text(table, env.observation_space.n, env.action_space.n, shape, initial)
+        return cls._from_toy_text(
+            table, env.observation_space.n, env.action_space.n, shape, initial
+        )
 
     @classmethod
-    def _from_toy_text(cls, table: dict, n_states: int, n_actions: int, shape, initial: np.ndarray | None) -> TabularMDP:
+    def _from_toy_text(
+        cls, table: dict, n_states: int, n_actions: int, shape, initial: np.ndarray | None
+    ) -> TabularMDP:
         P = np.zeros((n_states, n_actions, n_states))
         R = np.zeros((n_states, n_actions))
         terminates = np.zeros((n_states, n_actions, n_states), dtype=bool)
@@ -86,7 +100,11 @@ def _check_termination_is_a_property_of_states(P, terminates, terminal, initial)
     Only transitions from states reachable from the start distribution count: Taxi's table also moves
     the taxi around after the passenger was delivered, from states an episode never reaches.
     """
-    reachable = np.zeros(len(terminal), dtype=bool) if initial is not None else np.ones(len(terminal), dtype=bool)
+    reachable = (
+        np.zeros(len(terminal), dtype=bool)
+        if initial is not None
+        else np.ones(len(terminal), dtype=bool)
+    )
     frontier = np.flatnonzero(initial > 0) if initial is not None else np.array([], dtype=int)
     reachable[frontier] = True
     while frontier.size:
@@ -96,7 +114,9 @@ def _check_termination_is_a_property_of_states(P, terminates, terminal, initial)
     continuing_into_terminal = (P[reachable] > 0) & ~terminates[reachable] & terminal[None, None, :]
     if continuing_into_terminal.any():
         bad = sorted(set(np.nonzero(continuing_into_terminal)[2].tolist()))
-        raise ValueError(f"states {bad} are entered both with and without termination: not a state-terminal MDP")
+        raise ValueError(
+            f"states {bad} are entered both with and without termination: not a state-terminal MDP"
+        )
 
 
 def check_discrete(env: gym.Env) -> None:

@@ -31,7 +31,9 @@ class PromptBatch:
     position_ids: torch.Tensor
 
 
-def left_pad(sequences: list[list[int]], pad_id: int, device: str | torch.device = "cpu") -> PromptBatch:
+def left_pad(
+    sequences: list[list[int]], pad_id: int, device: str | torch.device = "cpu"
+) -> PromptBatch:
     """Left-pad token lists into one batch; positions count from each sequence's own first token."""
     require(len(sequences) > 0, "prompts", "a non-empty list", sequences)
     width = max(len(sequence) for sequence in sequences)
@@ -39,20 +41,26 @@ def left_pad(sequences: list[list[int]], pad_id: int, device: str | torch.device
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, sequence in enumerate(sequences):
         if sequence:
-            input_ids[row, width - len(sequence):] = torch.tensor(sequence)
-            attention_mask[row, width - len(sequence):] = 1
-    return PromptBatch(input_ids.to(device), attention_mask.to(device), positions_from_mask(attention_mask).to(device))
+            input_ids[row, width - len(sequence) :] = torch.tensor(sequence)
+            attention_mask[row, width - len(sequence) :] = 1
+    return PromptBatch(
+        input_ids.to(device),
+        attention_mask.to(device),
+        positions_from_mask(attention_mask).to(device),
+    )
 
 
-def right_pad(sequences: list[list[int]], pad_id: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def right_pad(
+    sequences: list[list[int]], pad_id: int, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad token lists into ``(input_ids, attention_mask)``: the layout for training and for scoring."""
     require(len(sequences) > 0, "sequences", "a non-empty list", sequences)
     width = max(len(sequence) for sequence in sequences)
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, sequence in enumerate(sequences):
-        input_ids[row, :len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-        attention_mask[row, :len(sequence)] = 1
+        input_ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        attention_mask[row, : len(sequence)] = 1
     return input_ids.to(device), attention_mask.to(device)
 
 
@@ -61,19 +69,26 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def encode_prompts(tokenizer, prompts: list[str], model: PreTrainedModel | None = None,
-                   max_new_tokens: int = 0) -> PromptBatch:
+def encode_prompts(
+    tokenizer, prompts: list[str], model: PreTrainedModel | None = None, max_new_tokens: int = 0
+) -> PromptBatch:
     """Tokenize ``prompts`` (with BOS) and left-pad them; a prompt too long for the model's context is an error."""
-    require(isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts), "prompts",
-            "a list of strings", type(prompts).__name__)
+    require(
+        isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts),
+        "prompts",
+        "a list of strings",
+        type(prompts).__name__,
+    )
     pad_id = require_pad_token(tokenizer)
     sequences = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
     if model is not None:
         limit = context_length(model)
         longest = max(range(len(sequences)), key=lambda i: len(sequences[i])) if sequences else 0
         if limit is not None and sequences and len(sequences[longest]) + max_new_tokens > limit:
-            raise ValueError(f"prompts[{longest}] is {len(sequences[longest])} tokens; with max_new_tokens = "
-                             f"{max_new_tokens} that exceeds the model's context of {limit} positions")
+            raise ValueError(
+                f"prompts[{longest}] is {len(sequences[longest])} tokens; with max_new_tokens = "
+                f"{max_new_tokens} that exceeds the model's context of {limit} positions"
+            )
     return left_pad(sequences, pad_id, device=model.device if model is not None else "cpu")
 
 
@@ -94,7 +109,9 @@ class Rollout:
     prompts: PromptBatch
     response_ids: torch.Tensor
     response_mask: torch.Tensor
-    logprobs: torch.Tensor  # log pi(response_t | prompt, response_<t) at the sampling temperature; 0 where masked
+    logprobs: (
+        torch.Tensor
+    )  # log pi(response_t | prompt, response_<t) at the sampling temperature; 0 where masked
     temperature: float
 
     def texts(self, tokenizer) -> list[str]:
@@ -115,12 +132,18 @@ class Rollout:
 def sequence_layout(prompts: PromptBatch, response_ids: torch.Tensor, response_mask: torch.Tensor):
     """Prompt and response as one batch for a forward pass: ``(input_ids, attention_mask, position_ids)``."""
     input_ids = torch.cat([prompts.input_ids, response_ids], dim=1)
-    attention_mask = torch.cat([prompts.attention_mask, response_mask.to(prompts.attention_mask.dtype)], dim=1)
+    attention_mask = torch.cat(
+        [prompts.attention_mask, response_mask.to(prompts.attention_mask.dtype)], dim=1
+    )
     return input_ids, attention_mask, positions_from_mask(attention_mask)
 
 
-def response_logits(model: PreTrainedModel, prompts: PromptBatch, response_ids: torch.Tensor,
-                    response_mask: torch.Tensor) -> torch.Tensor:
+def response_logits(
+    model: PreTrainedModel,
+    prompts: PromptBatch,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> torch.Tensor:
     """The logits that predict each response token: those at the position one before it, ``[B, T_resp, V]``.
 
     Only the last ``T_resp + 1`` columns go through the output layer: nothing reads the prompt columns' logits,
@@ -128,7 +151,9 @@ def response_logits(model: PreTrainedModel, prompts: PromptBatch, response_ids: 
     """
     input_ids, attention_mask, position_ids = sequence_layout(prompts, response_ids, response_mask)
     kept = response_ids.shape[1] + 1  # the prompt's last column, then every response column
-    logits = last_logits(model, kept, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    logits = last_logits(
+        model, kept, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+    )
     return logits[:, :-1]  # the token at column P + t is predicted at column P + t - 1
 
 
@@ -137,25 +162,44 @@ def last_logits(model: PreTrainedModel, kept: int, **inputs) -> torch.Tensor:
     forward names it (Llama, Qwen2, GPT-2 and nearly every causal LM in ``transformers``). A forward that does
     not (custom code, or a wrapper such as ``torch.compile``'s or DDP's) computes every column, then sliced."""
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        return model(**inputs, logits_to_keep=kept).logits[:, -kept:]  # the slice: in case it is ignored
+        return model(**inputs, logits_to_keep=kept).logits[
+            :, -kept:
+        ]  # the slice: in case it is ignored
     return model(**inputs).logits[:, -kept:]
 
 
-def response_logprobs(model: PreTrainedModel, prompts: PromptBatch, response_ids: torch.Tensor,
-                      response_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def response_logprobs(
+    model: PreTrainedModel,
+    prompts: PromptBatch,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """``log pi(response_t | prompt, response_<t)`` at ``temperature`` (eq-response-logprob), 0 where masked.
 
     The log-softmax runs in float32 whatever the model's dtype: over a large vocabulary, bf16 would lose the
     small differences that a probability ratio is made of (the logits themselves keep the model's precision).
     """
-    require(is_finite_number(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
+    require(
+        is_finite_number(temperature) and temperature > 0,
+        "temperature",
+        "a number > 0",
+        temperature,
+    )
     logits = response_logits(model, prompts, response_ids, response_mask).float() / temperature
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
     return logprobs * response_mask
 
 
-def sampling_config(tokenizer, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, greedy: bool = False, return_logits: bool = False) -> GenerationConfig:
+def sampling_config(
+    tokenizer,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy: bool = False,
+    return_logits: bool = False,
+) -> GenerationConfig:
     """A complete ``GenerationConfig`` for plain sampling at ``temperature`` (or greedy decoding).
 
     ``generate_without_model_defaults`` keeps a released model's own generation defaults (top_k = 20,
@@ -163,16 +207,38 @@ def sampling_config(tokenizer, max_new_tokens: int, temperature: float = 1.0, to
     step: for checks only, since at a real vocabulary size they are gigabytes.
     """
     require(is_count(max_new_tokens), "max_new_tokens", "an integer >= 1", max_new_tokens)
-    require(is_finite_number(temperature) and temperature > 0, "temperature", "a number > 0", temperature)
+    require(
+        is_finite_number(temperature) and temperature > 0,
+        "temperature",
+        "a number > 0",
+        temperature,
+    )
     require(top_k is None or is_count(top_k), "top_k", "None or an integer >= 1", top_k)
-    require(top_p is None or (is_finite_number(top_p) and 0 < top_p <= 1), "top_p", "None or a number in (0, 1]", top_p)
-    sampling = {} if greedy else dict(temperature=temperature, top_k=top_k or 0, top_p=top_p or 1.0)  # 0, 1.0: off
-    return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not greedy, eos_token_id=tokenizer.eos_token_id,
-                            pad_token_id=require_pad_token(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                            use_cache=True, return_dict_in_generate=True, output_logits=return_logits, **sampling)
+    require(
+        top_p is None or (is_finite_number(top_p) and 0 < top_p <= 1),
+        "top_p",
+        "None or a number in (0, 1]",
+        top_p,
+    )
+    sampling = (
+        {} if greedy else dict(temperature=temperature, top_k=top_k or 0, top_p=top_p or 1.0)
+    )  # 0, 1.0: off
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=not greedy,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=require_pad_token(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        use_cache=True,
+        return_dict_in_generate=True,
+        output_logits=return_logits,
+        **sampling,
+    )
 
 
-def generate_without_model_defaults(model: PreTrainedModel, prompts: PromptBatch, config: GenerationConfig):
+def generate_without_model_defaults(
+    model: PreTrainedModel, prompts: PromptBatch, config: GenerationConfig
+):
     """``model.generate`` with exactly ``config``: Hugging Face fills every setting a config leaves unset from the
     model's own ``generation_config``, so the model's is swapped out for the call (and the model put in eval mode:
     dropout would make the samples and their log-probabilities disagree)."""
@@ -180,16 +246,27 @@ def generate_without_model_defaults(model: PreTrainedModel, prompts: PromptBatch
     model.generation_config = config
     model.eval()
     try:
-        return model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
-                              generation_config=config)
+        return model.generate(
+            input_ids=prompts.input_ids,
+            attention_mask=prompts.attention_mask,
+            generation_config=config,
+        )
     finally:
         model.generation_config = saved
         model.train(was_training)
 
 
 @torch.no_grad()
-def generate(model: PreTrainedModel, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, greedy: bool = False) -> Rollout:
+def generate(
+    model: PreTrainedModel,
+    tokenizer,
+    prompts: list[str],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy: bool = False,
+) -> Rollout:
     """Sample one response per prompt with ``model.generate`` (KV cache), and score it in the RL layout.
 
     Sampling draws from torch's global generator: seed it (``torch.manual_seed``) for the same samples.
@@ -200,7 +277,7 @@ def generate(model: PreTrainedModel, tokenizer, prompts: list[str], max_new_toke
     prompt_batch = encode_prompts(tokenizer, prompts, model, max_new_tokens)
     config = sampling_config(tokenizer, max_new_tokens, temperature, top_k, top_p, greedy)
     output = generate_without_model_defaults(model, prompt_batch, config)
-    response_ids = output.sequences[:, prompt_batch.input_ids.shape[1]:]
+    response_ids = output.sequences[:, prompt_batch.input_ids.shape[1] :]
     mask = response_mask(response_ids, tokenizer.eos_token_id)
     response_ids = response_ids.masked_fill(mask == 0, require_pad_token(tokenizer))
     used_temperature = 1.0 if greedy else temperature

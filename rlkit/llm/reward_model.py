@@ -18,25 +18,46 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from rlkit.llm.generation import right_pad
+from rlkit.llm.models import (
+    FAMILIES,
+    build_reward_model,
+    context_length,
+    load_causal_lm,
+    require_matching_pad,
+    reward_model_from_causal_lm,
+    tiny_config,
+)
 from rlkit.llm.sft import warmup_cosine
-from rlkit.llm.models import (FAMILIES, build_reward_model, context_length, load_causal_lm, require_matching_pad,
-                              reward_model_from_causal_lm, tiny_config)
 from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
-from rlkit.training import (Trainer, TrainResult, fit, is_count, is_finite_number, is_seed, require, require_device,
-                            seed_everything)
+from rlkit.training import (
+    Trainer,
+    TrainResult,
+    fit,
+    is_count,
+    is_finite_number,
+    is_seed,
+    require,
+    require_device,
+    seed_everything,
+)
 
 
-def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tensor,
-                       margin: torch.Tensor | float | None = None) -> torch.Tensor:
+def bradley_terry_loss(
+    chosen_rewards: torch.Tensor,
+    rejected_rewards: torch.Tensor,
+    margin: torch.Tensor | float | None = None,
+) -> torch.Tensor:
     """``mean(-log sigmoid(r_w - r_l - margin))`` (eq-bt-loss); log 2 when the two rewards are equal.
 
     ``margin`` (Llama 2's) asks the chosen reward to win by at least that much: larger for pairs a
     labeller found clearly different. ``logsigmoid`` stays finite where ``log(sigmoid(.))`` underflows.
     """
     if chosen_rewards.shape != rejected_rewards.shape:
-        raise ValueError(f"chosen_rewards and rejected_rewards must have one shape, got {tuple(chosen_rewards.shape)} "
-                         f"and {tuple(rejected_rewards.shape)}")
+        raise ValueError(
+            f"chosen_rewards and rejected_rewards must have one shape, got {tuple(chosen_rewards.shape)} "
+            f"and {tuple(rejected_rewards.shape)}"
+        )
     difference = chosen_rewards - rejected_rewards
     if margin is not None:
         difference = difference - margin
@@ -49,41 +70,77 @@ class ScoredBatch:
     attention_mask: torch.Tensor
 
 
-def scoring_batch(tokenizer, prompts: list[str], completions: list[str], device: str | torch.device = "cpu") -> ScoredBatch:
+def scoring_batch(
+    tokenizer, prompts: list[str], completions: list[str], device: str | torch.device = "cpu"
+) -> ScoredBatch:
     """``<bos> prompt completion <eos>`` per pair, right-padded: the layout a reward model reads."""
-    require(len(prompts) == len(completions) and len(prompts) > 0, "completions",
-            f"as many completions as prompts ({len(prompts)}), at least one", len(completions))
+    require(
+        len(prompts) == len(completions) and len(prompts) > 0,
+        "completions",
+        f"as many completions as prompts ({len(prompts)}), at least one",
+        len(completions),
+    )
     pad_id = require_pad_token(tokenizer)
-    sequences = [tokenizer(prompt + completion)["input_ids"] + [tokenizer.eos_token_id]
-                 for prompt, completion in zip(prompts, completions)]
+    sequences = [
+        tokenizer(prompt + completion)["input_ids"] + [tokenizer.eos_token_id]
+        for prompt, completion in zip(prompts, completions)
+    ]
     return ScoredBatch(*right_pad(sequences, pad_id, device))
 
 
 def sequence_rewards(reward_model: PreTrainedModel, batch: ScoredBatch) -> torch.Tensor:
     """``r(x, y)`` per row, ``[B]``: the score head at each row's last non-pad token (Hugging Face's pooling)."""
-    return reward_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.squeeze(-1).float()
+    return (
+        reward_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        .logits.squeeze(-1)
+        .float()
+    )
 
 
-def score(reward_model: PreTrainedModel, tokenizer, prompts: list[str], completions: list[str],
-          batch_size: int = 512) -> torch.Tensor:
+def score(
+    reward_model: PreTrainedModel,
+    tokenizer,
+    prompts: list[str],
+    completions: list[str],
+    batch_size: int = 512,
+) -> torch.Tensor:
     """Rewards of many (prompt, completion) pairs, without gradients, in batches."""
     with torch.no_grad():
-        return torch.cat([sequence_rewards(reward_model, scoring_batch(tokenizer, prompts[i:i + batch_size],
-                                                                       completions[i:i + batch_size], reward_model.device))
-                          for i in range(0, len(prompts), batch_size)]).cpu()
+        return torch.cat(
+            [
+                sequence_rewards(
+                    reward_model,
+                    scoring_batch(
+                        tokenizer,
+                        prompts[i : i + batch_size],
+                        completions[i : i + batch_size],
+                        reward_model.device,
+                    ),
+                )
+                for i in range(0, len(prompts), batch_size)
+            ]
+        ).cpu()
 
 
-def pair_rewards(reward_model: PreTrainedModel, tokenizer, pairs: list[PreferencePair]) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_rewards(
+    reward_model: PreTrainedModel, tokenizer, pairs: list[PreferencePair]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(r(x, y_w), r(x, y_l))`` for a batch of pairs, in one forward pass over chosen and rejected together."""
     require(len(pairs) > 0, "pairs", "a non-empty list of preference pairs", pairs)
     prompts = [pair.prompt for pair in pairs]
-    batch = scoring_batch(tokenizer, prompts * 2, [p.chosen for p in pairs] + [p.rejected for p in pairs],
-                          reward_model.device)
+    batch = scoring_batch(
+        tokenizer,
+        prompts * 2,
+        [p.chosen for p in pairs] + [p.rejected for p in pairs],
+        reward_model.device,
+    )
     rewards = sequence_rewards(reward_model, batch)
-    return rewards[:len(pairs)], rewards[len(pairs):]
+    return rewards[: len(pairs)], rewards[len(pairs) :]
 
 
-def pairwise_accuracy(reward_model: PreTrainedModel, tokenizer, pairs: list[PreferencePair]) -> float:
+def pairwise_accuracy(
+    reward_model: PreTrainedModel, tokenizer, pairs: list[PreferencePair]
+) -> float:
     """The fraction of pairs where the reward model scores the labelled-chosen completion higher."""
     require(len(pairs) > 0, "pairs", "a non-empty list of preference pairs", pairs)
     prompts = [pair.prompt for pair in pairs]
@@ -94,7 +151,8 @@ def pairwise_accuracy(reward_model: PreTrainedModel, tokenizer, pairs: list[Pref
 
 @dataclass
 class RewardModelConfig:
-    sft_model_path: str | None = None  # start from this saved causal LM's transformer (None: a fresh tiny model)
+    # start from this saved causal LM's transformer (None: a fresh tiny model)
+    sft_model_path: str | None = None
     family: str = "llama"  # architecture of the fresh tiny model: "llama", "qwen2" or "gpt2"
     hidden_size: int = 64  # width of the fresh tiny model
     num_layers: int = 2  # transformer blocks of the fresh tiny model
@@ -104,37 +162,81 @@ class RewardModelConfig:
     num_train_pairs: int = 12800  # labelled pairs to train on
     num_heldout_pairs: int = 1000  # labelled pairs on held-out prompts, for accuracy
     epochs: int = 3  # passes over the training pairs
-    batch_size: int = 32  # pairs per optimizer step (more, smaller steps learned the close pairs better than 64)
+    # pairs per optimizer step (more, smaller steps learned the close pairs better than 64)
+    batch_size: int = 32
     learning_rate: float = 2e-3  # AdamW's peak step size, after a linear warm-up
     warmup_steps: int = 50  # steps of linear warm-up, then cosine decay to 10% of learning_rate
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
-    margin: float = 0.0  # ask r(chosen) to beat r(rejected) by at least this (0: the plain Bradley-Terry loss)
+    # ask r(chosen) to beat r(rejected) by at least this (0: the plain Bradley-Terry loss)
+    margin: float = 0.0
     max_grad_norm: float = 1.0  # clip the global gradient norm to this
     eval_every: int = 100  # held-out accuracy every this many steps
     seed: int = 0  # seeds initialisation, the pairs and their order
     device: str = "cpu"  # "cpu" or "cuda"
 
     def __post_init__(self):
-        require(self.sft_model_path is None or isinstance(self.sft_model_path, (str, os.PathLike)), "sft_model_path",
-                "None or a folder saved with save_pretrained", self.sft_model_path)
+        require(
+            self.sft_model_path is None or isinstance(self.sft_model_path, (str, os.PathLike)),
+            "sft_model_path",
+            "None or a folder saved with save_pretrained",
+            self.sft_model_path,
+        )
         require(self.family in FAMILIES, "family", f"one of {FAMILIES}", self.family)
-        for name in ("hidden_size", "num_layers", "num_heads", "num_digits", "num_train_pairs", "num_heldout_pairs",
-                     "epochs", "batch_size", "eval_every"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_digits",
+            "num_train_pairs",
+            "num_heldout_pairs",
+            "epochs",
+            "batch_size",
+            "eval_every",
+        ):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        require(is_finite_number(self.label_noise) and 0 <= self.label_noise < 0.5, "label_noise", "a number in [0, 0.5)",
-                self.label_noise)
-        require(is_finite_number(self.learning_rate) and 0 < self.learning_rate <= 1, "learning_rate", "in (0, 1]",
-                self.learning_rate)
-        require(is_count(self.warmup_steps, minimum=0), "warmup_steps", "an integer >= 0", self.warmup_steps)
-        require(is_finite_number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0",
-                self.weight_decay)
-        require(is_finite_number(self.margin) and self.margin >= 0, "margin", "a number >= 0", self.margin)
-        require(is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0, "max_grad_norm", "a number > 0",
-                self.max_grad_norm)
+        require(
+            is_finite_number(self.label_noise) and 0 <= self.label_noise < 0.5,
+            "label_noise",
+            "a number in [0, 0.5)",
+            self.label_noise,
+        )
+        require(
+            is_finite_number(self.learning_rate) and 0 < self.learning_rate <= 1,
+            "learning_rate",
+            "in (0, 1]",
+            self.learning_rate,
+        )
+        require(
+            is_count(self.warmup_steps, minimum=0),
+            "warmup_steps",
+            "an integer >= 0",
+            self.warmup_steps,
+        )
+        require(
+            is_finite_number(self.weight_decay) and self.weight_decay >= 0,
+            "weight_decay",
+            "a number >= 0",
+            self.weight_decay,
+        )
+        require(
+            is_finite_number(self.margin) and self.margin >= 0,
+            "margin",
+            "a number >= 0",
+            self.margin,
+        )
+        require(
+            is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0,
+            "max_grad_norm",
+            "a number > 0",
+            self.max_grad_norm,
+        )
         require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
-        require(self.num_heldout_pairs <= 10**self.num_digits // 2, "num_heldout_pairs",
-                f"at most half the number of {self.num_digits}-digit sort prompts ({10**self.num_digits // 2})",
-                self.num_heldout_pairs)
+        require(
+            self.num_heldout_pairs <= 10**self.num_digits // 2,
+            "num_heldout_pairs",
+            f"at most half the number of {self.num_digits}-digit sort prompts ({10**self.num_digits // 2})",
+            self.num_heldout_pairs,
+        )
         require_device(self.device)
 
 
@@ -159,35 +261,63 @@ class RewardModelTrainer(Trainer):
         super().__init__(config)
         seed_everything(config.seed)
         self.oracle = PreferenceOracle(SortTask(config.num_digits), config.label_noise)
-        self.heldout_pairs = self.oracle.pairs(config.num_heldout_pairs, seed=config.seed, split="heldout")
+        self.heldout_pairs = self.oracle.pairs(
+            config.num_heldout_pairs, seed=config.seed, split="heldout"
+        )
         heldout_prompts = {pair.prompt for pair in self.heldout_pairs}
-        self.train_pairs = train_pairs if train_pairs is not None else self.oracle.pairs(
-            config.num_train_pairs, seed=config.seed, exclude=heldout_prompts)
-        require(len(self.train_pairs) > 0, "train_pairs", "a non-empty list of preference pairs", self.train_pairs)
+        self.train_pairs = (
+            train_pairs
+            if train_pairs is not None
+            else self.oracle.pairs(
+                config.num_train_pairs, seed=config.seed, exclude=heldout_prompts
+            )
+        )
+        require(
+            len(self.train_pairs) > 0,
+            "train_pairs",
+            "a non-empty list of preference pairs",
+            self.train_pairs,
+        )
         if config.sft_model_path is None:
             self.tokenizer = build_char_tokenizer()
-            self.model = build_reward_model(tiny_config(self.tokenizer, config.family, config.hidden_size,
-                                                        config.num_layers, config.num_heads), config.seed)
+            self.model = build_reward_model(
+                tiny_config(
+                    self.tokenizer,
+                    config.family,
+                    config.hidden_size,
+                    config.num_layers,
+                    config.num_heads,
+                ),
+                config.seed,
+            )
         else:
             from transformers import AutoTokenizer
+
             self.tokenizer = AutoTokenizer.from_pretrained(config.sft_model_path)
-            self.model = reward_model_from_causal_lm(load_causal_lm(config.sft_model_path, dtype=torch.float32),
-                                                     config.seed)
+            self.model = reward_model_from_causal_lm(
+                load_causal_lm(config.sft_model_path, dtype=torch.float32), config.seed
+            )
         require_matching_pad(self.model, self.tokenizer)
         self._check_context()
         self.model.to(config.device).train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
-                                           weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
         self.order_rng = random.Random(config.seed)
         self.steps_per_epoch = -(-len(self.train_pairs) // config.batch_size)
         self.order: list[int] = []
 
     def _check_context(self) -> None:
-        longest = self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2  # candidates add <= 3
+        longest = (
+            self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2
+        )  # candidates add <= 3
         limit = context_length(self.model)
-        require(limit is None or longest <= limit, "num_digits",
-                f"small enough that <bos> prompt completion <eos> ({longest} tokens) fits the model's context ({limit})",
-                self.config.num_digits)
+        require(
+            limit is None or longest <= limit,
+            "num_digits",
+            f"small enough that <bos> prompt completion <eos> ({longest} tokens) fits the model's context ({limit})",
+            self.config.num_digits,
+        )
 
     @property
     def subject(self) -> str:
@@ -202,12 +332,16 @@ class RewardModelTrainer(Trainer):
         if step_in_epoch == 0:
             self.order = list(range(len(self.train_pairs)))
             self.order_rng.shuffle(self.order)
-        indices = self.order[step_in_epoch * self.config.batch_size:(step_in_epoch + 1) * self.config.batch_size]
+        indices = self.order[
+            step_in_epoch * self.config.batch_size : (step_in_epoch + 1) * self.config.batch_size
+        ]
         return [self.train_pairs[index] for index in indices]
 
     def _update(self) -> dict[str, float]:
         config = self.config
-        learning_rate = config.learning_rate * warmup_cosine(self.updates_done, config.warmup_steps, self.num_updates)
+        learning_rate = config.learning_rate * warmup_cosine(
+            self.updates_done, config.warmup_steps, self.num_updates
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         chosen, rejected = pair_rewards(self.model, self.tokenizer, self._next_batch())
@@ -217,18 +351,29 @@ class RewardModelTrainer(Trainer):
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
         self.optimizer.step()
         step = self.updates_done + 1
-        row = {"step": step, "loss": loss.item(), "accuracy": (chosen > rejected).float().mean().item(),
-               "reward_gap": (chosen - rejected).mean().item(), "grad_norm": grad_norm.item(),
-               "learning_rate": learning_rate}
+        row = {
+            "step": step,
+            "loss": loss.item(),
+            "accuracy": (chosen > rejected).float().mean().item(),
+            "reward_gap": (chosen - rejected).mean().item(),
+            "grad_norm": grad_norm.item(),
+            "learning_rate": learning_rate,
+        }
         if step % config.eval_every == 0 or step == self.num_updates:
             self.model.eval()
-            row["heldout_accuracy"] = pairwise_accuracy(self.model, self.tokenizer, self.heldout_pairs)
+            row["heldout_accuracy"] = pairwise_accuracy(
+                self.model, self.tokenizer, self.heldout_pairs
+            )
             self.model.train()
         return row
 
     def _state(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "order": list(self.order),
-                "order_rng": list(self.order_rng.getstate()[1])}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "order": list(self.order),
+            "order_rng": list(self.order_rng.getstate()[1]),
+        }
 
     def _load_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -238,8 +383,15 @@ class RewardModelTrainer(Trainer):
         self.order_rng.setstate((version, tuple(state["order_rng"]), gauss))
 
     def result(self) -> RewardModelResult:
-        return RewardModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer,
-                                 heldout_pairs=self.heldout_pairs, train_pairs=self.train_pairs, oracle=self.oracle)
+        return RewardModelResult(
+            self.config,
+            self.model,
+            self.history,
+            tokenizer=self.tokenizer,
+            heldout_pairs=self.heldout_pairs,
+            train_pairs=self.train_pairs,
+            oracle=self.oracle,
+        )
 
 
 def label_ceiling(oracle: PreferenceOracle, pairs: list[PreferencePair]) -> float:
@@ -247,7 +399,10 @@ def label_ceiling(oracle: PreferenceOracle, pairs: list[PreferencePair]) -> floa
     return sum(oracle.agrees(pair) for pair in pairs) / len(pairs)
 
 
-def train_reward_model(config: RewardModelConfig, train_pairs: list[PreferencePair] | None = None,
-                       progress: bool = False) -> RewardModelResult:
+def train_reward_model(
+    config: RewardModelConfig,
+    train_pairs: list[PreferencePair] | None = None,
+    progress: bool = False,
+) -> RewardModelResult:
     """Fit a reward model to preference pairs (the oracle's, unless ``train_pairs`` are given)."""
     return fit(RewardModelTrainer(config, train_pairs), progress=progress)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,17 @@ from rlkit.llm.generation import generate, right_pad
 from rlkit.llm.models import FAMILIES, build_causal_lm, context_length, load_causal_lm, tiny_config
 from rlkit.llm.tasks import TASKS, Example, Task, TaskData, make_task
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
-from rlkit.training import (Trainer, TrainResult, fit, is_count, is_finite_number, is_seed, require, require_device,
-                            seed_everything)
+from rlkit.training import (
+    Trainer,
+    TrainResult,
+    fit,
+    is_count,
+    is_finite_number,
+    is_seed,
+    require,
+    require_device,
+    seed_everything,
+)
 
 IGNORE_INDEX = -100  # the label PyTorch's and Hugging Face's cross-entropy skip
 
@@ -33,43 +42,89 @@ IGNORE_INDEX = -100  # the label PyTorch's and Hugging Face's cross-entropy skip
 class SFTConfig:
     task: str = "sort"  # the synthetic task: "sort" (digits) or "addition"
     num_digits: int = 6  # digits to sort, or digits of each number to add
-    model_name_or_path: str | None = None  # fine-tune this saved or released model (None: build a tiny one from config)
+    # fine-tune this saved or released model (None: build a tiny one from config)
+    model_name_or_path: str | None = None
     family: str = "llama"  # architecture of the tiny model: "llama", "qwen2" or "gpt2"
     hidden_size: int = 64  # width of the tiny model
     num_layers: int = 2  # transformer blocks of the tiny model
     num_heads: int = 4  # attention heads of the tiny model
     learning_rate: float = 3e-3  # AdamW's peak step size, after a linear warm-up
-    warmup_steps: int = 100  # steps of linear warm-up from 0 to learning_rate, then cosine decay to 10% of it
+    # steps of linear warm-up from 0 to learning_rate, then cosine decay to 10% of it
+    warmup_steps: int = 100
     weight_decay: float = 0.01  # AdamW's decoupled weight decay (not applied to norms and biases)
     max_grad_norm: float = 1.0  # clip the global gradient norm to this
     batch_size: int = 64  # examples per optimizer step
     max_steps: int = 1500  # optimizer steps
     eval_every: int = 100  # evaluate held-out greedy exact match every this many steps
     num_heldout: int = 500  # held-out prompts, never drawn for training
-    stop_at_exact_match: float | None = None  # stop at the first evaluation at or above this accuracy (an under-trained checkpoint)
+    # stop at the first evaluation at or above this accuracy (an under-trained checkpoint)
+    stop_at_exact_match: float | None = None
     seed: int = 0  # seeds the model's initialisation, the data stream and the held-out set
     device: str = "cpu"  # "cpu" or "cuda"
 
     def __post_init__(self):
         require(self.task in TASKS, "task", f"one of {tuple(TASKS)}", self.task)
-        require(is_count(self.num_digits) and self.num_digits <= 20, "num_digits", "an integer in [1, 20]", self.num_digits)
-        require(self.model_name_or_path is None or isinstance(self.model_name_or_path, (str, os.PathLike)),
-                "model_name_or_path", "None or a model name or folder", self.model_name_or_path)
+        require(
+            is_count(self.num_digits) and self.num_digits <= 20,
+            "num_digits",
+            "an integer in [1, 20]",
+            self.num_digits,
+        )
+        require(
+            self.model_name_or_path is None
+            or isinstance(self.model_name_or_path, (str, os.PathLike)),
+            "model_name_or_path",
+            "None or a model name or folder",
+            self.model_name_or_path,
+        )
         require(self.family in FAMILIES, "family", f"one of {FAMILIES}", self.family)
-        for name in ("hidden_size", "num_layers", "num_heads", "batch_size", "max_steps", "eval_every", "num_heldout"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "batch_size",
+            "max_steps",
+            "eval_every",
+            "num_heldout",
+        ):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        require(self.hidden_size % self.num_heads == 0, "hidden_size", f"a multiple of num_heads ({self.num_heads})",
-                self.hidden_size)
-        require(is_finite_number(self.learning_rate) and 0 < self.learning_rate <= 1, "learning_rate", "in (0, 1]",
-                self.learning_rate)
-        require(is_count(self.warmup_steps, minimum=0), "warmup_steps", "an integer >= 0", self.warmup_steps)
-        require(is_finite_number(self.weight_decay) and self.weight_decay >= 0, "weight_decay", "a number >= 0",
-                self.weight_decay)
-        require(is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0, "max_grad_norm", "a number > 0",
-                self.max_grad_norm)
-        require(self.stop_at_exact_match is None or (is_finite_number(self.stop_at_exact_match)
-                                                      and 0 < self.stop_at_exact_match <= 1),
-                "stop_at_exact_match", "None or a number in (0, 1]", self.stop_at_exact_match)
+        require(
+            self.hidden_size % self.num_heads == 0,
+            "hidden_size",
+            f"a multiple of num_heads ({self.num_heads})",
+            self.hidden_size,
+        )
+        require(
+            is_finite_number(self.learning_rate) and 0 < self.learning_rate <= 1,
+            "learning_rate",
+            "in (0, 1]",
+            self.learning_rate,
+        )
+        require(
+            is_count(self.warmup_steps, minimum=0),
+            "warmup_steps",
+            "an integer >= 0",
+            self.warmup_steps,
+        )
+        require(
+            is_finite_number(self.weight_decay) and self.weight_decay >= 0,
+            "weight_decay",
+            "a number >= 0",
+            self.weight_decay,
+        )
+        require(
+            is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0,
+            "max_grad_norm",
+            "a number > 0",
+            self.max_grad_norm,
+        )
+        require(
+            self.stop_at_exact_match is None
+            or (is_finite_number(self.stop_at_exact_match) and 0 < self.stop_at_exact_match <= 1),
+            "stop_at_exact_match",
+            "None or a number in (0, 1]",
+            self.stop_at_exact_match,
+        )
         require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
         require_device(self.device)
 
@@ -84,13 +139,19 @@ class SFTBatch:
 def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "cpu") -> SFTBatch:
     """``<bos> prompt answer <eos>`` per example, right-padded, labels only on answer and EOS (eq-sft-loss)."""
     pad_id = require_pad_token(tokenizer)
-    prompts = tokenizer([example.prompt for example in examples], add_special_tokens=True)["input_ids"]
-    answers = tokenizer([example.answer for example in examples], add_special_tokens=False)["input_ids"]
-    sequences = [prompt + answer + [tokenizer.eos_token_id] for prompt, answer in zip(prompts, answers)]
+    prompts = tokenizer([example.prompt for example in examples], add_special_tokens=True)[
+        "input_ids"
+    ]
+    answers = tokenizer([example.answer for example in examples], add_special_tokens=False)[
+        "input_ids"
+    ]
+    sequences = [
+        prompt + answer + [tokenizer.eos_token_id] for prompt, answer in zip(prompts, answers)
+    ]
     input_ids, attention_mask = right_pad(sequences, pad_id)
     labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)
     for row, prompt in enumerate(prompts):
-        labels[row, :len(prompt)] = IGNORE_INDEX
+        labels[row, : len(prompt)] = IGNORE_INDEX
     return SFTBatch(input_ids.to(device), attention_mask.to(device), labels.to(device))
 
 
@@ -98,23 +159,33 @@ def completion_loss(model: PreTrainedModel, batch: SFTBatch) -> torch.Tensor:
     """The mean cross-entropy over answer tokens and EOS (eq-sft-loss), the same number as Hugging Face's
     ``model(..., labels=labels).loss``, with the shift written out."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    predictions = logits[:, :-1].flatten(0, 1).float()  # the logits at position i predict the token at i + 1
+    predictions = (
+        logits[:, :-1].flatten(0, 1).float()
+    )  # the logits at position i predict the token at i + 1
     targets = batch.labels[:, 1:].flatten()
     return F.cross_entropy(predictions, targets, ignore_index=IGNORE_INDEX)
 
 
 @torch.no_grad()
-def evaluate_task(model: PreTrainedModel, tokenizer, task: Task, examples: list[Example],
-                  batch_size: int = 500) -> dict[str, float]:
+def evaluate_task(
+    model: PreTrainedModel, tokenizer, task: Task, examples: list[Example], batch_size: int = 500
+) -> dict[str, float]:
     """Greedy decoding on ``examples``: the fraction answered exactly, and the mean task reward."""
     was_training = model.training
     model.eval()
     exact, rewards = 0, 0.0
     for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
-        completions = generate(model, tokenizer, [e.prompt for e in chunk], task.max_answer_length + 1, greedy=True).texts(tokenizer)
-        exact += sum(completion == example.answer for completion, example in zip(completions, chunk))
-        rewards += sum(task.reward(example.prompt, completion) for completion, example in zip(completions, chunk))
+        chunk = examples[start : start + batch_size]
+        completions = generate(
+            model, tokenizer, [e.prompt for e in chunk], task.max_answer_length + 1, greedy=True
+        ).texts(tokenizer)
+        exact += sum(
+            completion == example.answer for completion, example in zip(completions, chunk)
+        )
+        rewards += sum(
+            task.reward(example.prompt, completion)
+            for completion, example in zip(completions, chunk)
+        )
     model.train(was_training)
     return {"exact_match": exact / len(examples), "mean_reward": rewards / len(examples)}
 
@@ -148,28 +219,48 @@ class SFTTrainer(Trainer):
         self.data = TaskData(self.task, config.num_heldout, config.seed)
         if config.model_name_or_path is None:
             self.tokenizer = build_char_tokenizer()
-            model_config = tiny_config(self.tokenizer, config.family, config.hidden_size, config.num_layers,
-                                       config.num_heads)
+            model_config = tiny_config(
+                self.tokenizer,
+                config.family,
+                config.hidden_size,
+                config.num_layers,
+                config.num_heads,
+            )
             self.model = build_causal_lm(model_config, config.seed).to(config.device)
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model_name_or_path)
-            self.model = load_causal_lm(config.model_name_or_path, dtype=torch.float32, device=config.device)
-        if self.tokenizer.pad_token is None:  # GPT-2 and Llama ship none; masks here come from lengths, so EOS serves
+            self.model = load_causal_lm(
+                config.model_name_or_path, dtype=torch.float32, device=config.device
+            )
+        if (
+            self.tokenizer.pad_token is None
+        ):  # GPT-2 and Llama ship none; masks here come from lengths, so EOS serves
             self.tokenizer.pad_token = self.tokenizer.eos_token
         require_pad_token(self.tokenizer)
         self._check_context()
         self.model.train()
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        self.optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                            {"params": no_decay, "weight_decay": 0.0}], lr=config.learning_rate)
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": config.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=config.learning_rate,
+        )
         self.stopped_early = False
 
     def _check_context(self) -> None:
-        length = 1 + self.task.max_prompt_length + self.task.max_answer_length + 1  # <bos> prompt answer <eos>
+        length = (
+            1 + self.task.max_prompt_length + self.task.max_answer_length + 1
+        )  # <bos> prompt answer <eos>
         limit = context_length(self.model)
-        require(limit is None or length <= limit, "num_digits",
-                f"small enough that prompt and answer ({length} tokens) fit the model's context ({limit})", self.config.num_digits)
+        require(
+            limit is None or length <= limit,
+            "num_digits",
+            f"small enough that prompt and answer ({length} tokens) fit the model's context ({limit})",
+            self.config.num_digits,
+        )
 
     @property
     def subject(self) -> str:
@@ -185,7 +276,9 @@ class SFTTrainer(Trainer):
 
     def _update(self) -> dict[str, float]:
         config, step = self.config, self.updates_done
-        learning_rate = config.learning_rate * warmup_cosine(step, config.warmup_steps, config.max_steps)
+        learning_rate = config.learning_rate * warmup_cosine(
+            step, config.warmup_steps, config.max_steps
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         batch = sft_batch(self.tokenizer, self.data.train_batch(config.batch_size), config.device)
@@ -194,7 +287,12 @@ class SFTTrainer(Trainer):
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
         self.optimizer.step()
-        row = {"step": step + 1, "loss": loss.item(), "grad_norm": grad_norm.item(), "learning_rate": learning_rate}
+        row = {
+            "step": step + 1,
+            "loss": loss.item(),
+            "grad_norm": grad_norm.item(),
+            "learning_rate": learning_rate,
+        }
         if (step + 1) % config.eval_every == 0 or step + 1 == config.max_steps:
             row.update(evaluate_task(self.model, self.tokenizer, self.task, self.data.heldout))
             target = config.stop_at_exact_match
@@ -202,8 +300,12 @@ class SFTTrainer(Trainer):
         return row
 
     def _state(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "data_rng": list(self.data.train_rng.getstate()[1]), "stopped_early": self.stopped_early}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "data_rng": list(self.data.train_rng.getstate()[1]),
+            "stopped_early": self.stopped_early,
+        }
 
     def _load_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -227,7 +329,9 @@ def save_pretrained(result: SFTResult, folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     result.model.save_pretrained(folder)
     result.tokenizer.save_pretrained(folder)
-    (folder / "sft_config.json").write_text(json.dumps(asdict(result.config), indent=2, default=str))
+    (folder / "sft_config.json").write_text(
+        json.dumps(asdict(result.config), indent=2, default=str)
+    )
     (folder / "sft_history.json").write_text(json.dumps(result.history))
     return folder
 
@@ -241,6 +345,8 @@ def sft_starting_point(folder: str | os.PathLike, seed: int = 0, target: float =
     require(is_finite_number(target) and 0 < target < 1, "target", "a number in (0, 1)", target)
     folder, config = Path(folder), SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)
     saved = folder / "sft_config.json"
-    if saved.exists() and json.loads(saved.read_text()) == json.loads(json.dumps(asdict(config), default=str)):
+    if saved.exists() and json.loads(saved.read_text()) == json.loads(
+        json.dumps(asdict(config), default=str)
+    ):
         return folder
     return save_pretrained(train_sft(config), folder)

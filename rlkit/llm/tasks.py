@@ -101,7 +101,9 @@ class AdditionTask(Task):
 
     def answer(self, prompt: str) -> str:
         left, _, right = prompt[1:-1].partition("+")
-        if not (prompt.startswith("A") and prompt.endswith("=") and left.isdigit() and right.isdigit()):
+        if not (
+            prompt.startswith("A") and prompt.endswith("=") and left.isdigit() and right.isdigit()
+        ):
             raise ValueError(f"prompt must look like 'A123+98=' (addition task), got {prompt!r}")
         return str(int(left) + int(right))
 
@@ -132,14 +134,20 @@ class TaskData:
 
     def __init__(self, task: Task, num_heldout: int = 500, seed: int = 0):
         require(is_count(num_heldout), "num_heldout", "an integer >= 1", num_heldout)
-        require(num_heldout <= task.num_problems // 2, "num_heldout",
-                f"at most half the number of distinct {task.name} problems ({task.num_problems}), so that training "
-                "has problems left", num_heldout)
+        require(
+            num_heldout <= task.num_problems // 2,
+            "num_heldout",
+            f"at most half the number of distinct {task.name} problems ({task.num_problems}), so that training "
+            "has problems left",
+            num_heldout,
+        )
         require(is_seed(seed), "seed", "an integer in [0, 2**32)", seed)
         self.task = task
         heldout_rng = random.Random(f"heldout-{seed}")
         prompts: dict[str, None] = {}
-        while len(prompts) < num_heldout:  # ends: at least half the problems are still new at every draw
+        while (
+            len(prompts) < num_heldout
+        ):  # ends: at least half the problems are still new at every draw
             prompts.setdefault(task.sample_prompt(heldout_rng))
         self.heldout = [Example(prompt, task.answer(prompt)) for prompt in prompts]
         self._heldout_prompts = set(prompts)
@@ -177,8 +185,12 @@ class PreferenceOracle:
     def __init__(self, task: SortTask | None = None, label_noise: float = 0.1):
         self.task = task or SortTask()
         require(isinstance(self.task, SortTask), "task", "a SortTask", task)
-        require(is_finite_number(label_noise) and 0 <= label_noise < 0.5, "label_noise", "a number in [0, 0.5)",
-                label_noise)
+        require(
+            is_finite_number(label_noise) and 0 <= label_noise < 0.5,
+            "label_noise",
+            "a number in [0, 0.5)",
+            label_noise,
+        )
         self.label_noise = label_noise
 
     def score(self, prompt: str, completion: str) -> float:
@@ -207,7 +219,9 @@ class PreferenceOracle:
                 digits.insert(position, rng.choice("0123456789"))
         return "".join(digits)
 
-    def compare(self, prompt: str, first: str, second: str, rng: random.Random) -> PreferencePair | None:
+    def compare(
+        self, prompt: str, first: str, second: str, rng: random.Random
+    ) -> PreferencePair | None:
         """The labeller's verdict on two completions (None on a tie: nothing to learn from it)."""
         first_score, second_score = self.score(prompt, first), self.score(prompt, second)
         if first_score == second_score:
@@ -217,8 +231,9 @@ class PreferenceOracle:
             better, worse = worse, better
         return PreferencePair(prompt, better, worse)
 
-    def pairs(self, num_pairs: int, seed: int = 0, exclude: set[str] = frozenset(),
-              split: str = "train") -> list[PreferencePair]:
+    def pairs(
+        self, num_pairs: int, seed: int = 0, exclude: set[str] = frozenset(), split: str = "train"
+    ) -> list[PreferencePair]:
         """``num_pairs`` labelled pairs on fresh prompts (one pair per prompt, prompts in ``exclude`` skipped).
 
         Each ``split`` ("train", "heldout") draws from its own stream, so no seed's held-out pairs are
@@ -227,14 +242,22 @@ class PreferenceOracle:
         require(is_count(num_pairs), "num_pairs", "an integer >= 1", num_pairs)
         require(is_seed(seed), "seed", "an integer in [0, 2**32)", seed)
         require(split in ("train", "heldout"), "split", "'train' or 'heldout'", split)
-        require(len(exclude) <= self.task.num_problems // 2, "exclude",
-                f"at most half of the {self.task.num_problems} prompts, so that fresh ones remain", f"{len(exclude)} prompts")
+        require(
+            len(exclude) <= self.task.num_problems // 2,
+            "exclude",
+            f"at most half of the {self.task.num_problems} prompts, so that fresh ones remain",
+            f"{len(exclude)} prompts",
+        )
         rng, pairs = random.Random(f"preferences-{split}-{seed}"), []
-        while len(pairs) < num_pairs:  # ends: at least half the prompts are allowed, and most pairs are not ties
+        while (
+            len(pairs) < num_pairs
+        ):  # ends: at least half the prompts are allowed, and most pairs are not ties
             prompt = self.task.sample_prompt(rng)
             if prompt in exclude:
                 continue
-            pair = self.compare(prompt, self.candidate(prompt, rng), self.candidate(prompt, rng), rng)
+            pair = self.compare(
+                prompt, self.candidate(prompt, rng), self.candidate(prompt, rng), rng
+            )
             if pair is not None:
                 pairs.append(pair)
         return pairs

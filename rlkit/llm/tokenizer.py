@@ -16,7 +16,9 @@ SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3
 TASK_ALPHABET = "0123456789+-=:?ABCDEFGHIJKLMNOPQRSTUVWXYZ "  # digits, the tasks' signs and letters
 
 
-def build_char_tokenizer(alphabet: str = TASK_ALPHABET, model_max_length: int = 128) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(
+    alphabet: str = TASK_ALPHABET, model_max_length: int = 128
+) -> PreTrainedTokenizerFast:
     """A tokenizer with one token per character of ``alphabet``; encoding prepends ``<bos>``.
 
     Decoding joins characters without spaces (``decoders.Fuse``); characters outside the alphabet become
@@ -28,12 +30,22 @@ def build_char_tokenizer(alphabet: str = TASK_ALPHABET, model_max_length: int = 
         raise ValueError(f"alphabet must not repeat a character, got {alphabet!r}")
     vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + tuple(alphabet))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every character alone
+    backend.pre_tokenizer = pre_tokenizers.Split(
+        Regex("."), behavior="isolated"
+    )  # every character alone
     backend.decoder = decoders.Fuse()
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=PAD, bos_token=BOS, eos_token=EOS,
-                                   unk_token=UNK, model_max_length=model_max_length, padding_side="right")
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        model_max_length=model_max_length,
+        padding_side="right",
+    )
 
 
 def require_pad_token(tokenizer) -> int:
@@ -46,7 +58,10 @@ def require_pad_token(tokenizer) -> int:
         raise ValueError(
             f"tokenizer.pad_token is None ({type(tokenizer).__name__}, EOS = {tokenizer.eos_token!r}): batches need a "
             "pad token. Set one, e.g. tokenizer.add_special_tokens({'pad_token': '<pad>'}) (then resize the model's "
-            "embeddings), or tokenizer.pad_token = tokenizer.eos_token")
+            "embeddings), or tokenizer.pad_token = tokenizer.eos_token"
+        )
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"tokenizer.eos_token is None ({type(tokenizer).__name__}): responses need an end-of-sequence token")
+        raise ValueError(
+            f"tokenizer.eos_token is None ({type(tokenizer).__name__}): responses need an end-of-sequence token"
+        )
     return tokenizer.pad_token_id

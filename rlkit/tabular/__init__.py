@@ -2,7 +2,11 @@
 
 from rlkit.envs.tabular import TabularMDP
 from rlkit.tabular.bandits import BanditResult, run_bandit
-from rlkit.tabular.evaluation import exact_policy_values, monte_carlo_policy_values, uniform_random_policy
+from rlkit.tabular.evaluation import (
+    exact_policy_values,
+    monte_carlo_policy_values,
+    uniform_random_policy,
+)
 from rlkit.tabular.planning import (
     dyna_q,
     greedy_policy,

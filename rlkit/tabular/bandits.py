@@ -44,7 +44,9 @@ def run_bandit(
     if not 0 <= epsilon <= 1:
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
     if step_size is not None and not 0 < step_size <= 1:
-        raise ValueError(f"step_size must be in (0, 1] or None (sample averages), got {step_size!r}")
+        raise ValueError(
+            f"step_size must be in (0, 1] or None (sample averages), got {step_size!r}"
+        )
     if ucb_c is not None and ucb_c <= 0:
         raise ValueError(f"ucb_c must be > 0 or None, got {ucb_c!r}")
     for name, value in (("k", k), ("steps", steps), ("runs", runs)):

@@ -18,11 +18,17 @@ def check_policy(policy: np.ndarray, n_states: int, n_actions: int) -> None:
     if policy.shape != (n_states, n_actions):
         raise ValueError(f"policy must have shape ({n_states}, {n_actions}), got {policy.shape}")
     if np.any(policy < 0) or not np.allclose(policy.sum(axis=1), 1.0):
-        raise ValueError("policy rows must be probability distributions (non-negative, summing to 1)")
+        raise ValueError(
+            "policy rows must be probability distributions (non-negative, summing to 1)"
+        )
 
 
 def exact_policy_values(
-    P: np.ndarray, R: np.ndarray, policy: np.ndarray, gamma: float, terminal: np.ndarray | None = None
+    P: np.ndarray,
+    R: np.ndarray,
+    policy: np.ndarray,
+    gamma: float,
+    terminal: np.ndarray | None = None,
 ) -> np.ndarray:
     """Solve the Bellman expectation equation ``v = r_pi + gamma * P_pi v`` (eq-bellman-matrix) exactly.
 
@@ -40,16 +46,26 @@ def exact_policy_values(
     if terminal is not None:
         terminal = np.asarray(terminal)
         if terminal.shape != (n_states,) or terminal.dtype != bool:
-            raise ValueError(f"terminal must be a boolean array of shape ({n_states},), got {terminal.dtype} {terminal.shape}")
+            raise ValueError(
+                f"terminal must be a boolean array of shape ({n_states},), got {terminal.dtype} {terminal.shape}"
+            )
         P_pi[terminal] = 0.0
         r_pi[terminal] = 0.0
     try:
         return np.linalg.solve(np.eye(n_states) - gamma * P_pi, r_pi)
     except np.linalg.LinAlgError as error:
-        raise ValueError("I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal state") from error
+        raise ValueError(
+            "I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal state"
+        ) from error
 
 
-def _episode_return(env: gym.Env, cumulative_policy: np.ndarray, start_state: int, gamma: float, rng: np.random.Generator):
+def _episode_return(
+    env: gym.Env,
+    cumulative_policy: np.ndarray,
+    start_state: int,
+    gamma: float,
+    rng: np.random.Generator,
+):
     state, _ = env.reset(options={"start_state": start_state})
     rewards = []
     terminated = truncated = False
@@ -90,7 +106,10 @@ def monte_carlo_policy_values(
     sampled = {}
     for state in states:
         sampled[state] = np.array(
-            [_episode_return(env, cumulative_policy, state, gamma, rng) for _ in range(episodes_per_state)]
+            [
+                _episode_return(env, cumulative_policy, state, gamma, rng)
+                for _ in range(episodes_per_state)
+            ]
         )
         values[state] = sampled[state].mean()
     return values, sampled

@@ -14,14 +14,17 @@ from rlkit.envs.tabular import TabularMDP
 from rlkit.tabular.evaluation import check_policy, exact_policy_values
 from rlkit.tabular.td import _check_alpha, _check_run, _check_unit, _history, epsilon_greedy
 
-TIE_TOLERANCE = 1e-9  # actions within this of the best count as tied (floating-point noise is not a preference)
+# actions within this of the best count as tied (floating-point noise is not a preference)
+TIE_TOLERANCE = 1e-9
 
 
 def _check_gamma(gamma: float, mdp: TabularMDP) -> None:
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
     if gamma == 1.0 and not mdp.terminal.any():
-        raise ValueError("gamma = 1 needs an MDP with terminal states: with none, values of a continuing task diverge")
+        raise ValueError(
+            "gamma = 1 needs an MDP with terminal states: with none, values of a continuing task diverge"
+        )
 
 
 def _check_tol(tol: float) -> None:
@@ -86,18 +89,26 @@ def policy_evaluation(
             history.append(change)
         if change < tol:
             return V
-    raise RuntimeError(f"policy_evaluation did not converge to tol={tol} in max_sweeps={max_sweeps}")
+    raise RuntimeError(
+        f"policy_evaluation did not converge to tol={tol} in max_sweeps={max_sweeps}"
+    )
 
 
 def policy_iteration(
-    mdp: TabularMDP, gamma: float, policy: np.ndarray | None = None, max_iterations: int = 1_000, history: list | None = None
+    mdp: TabularMDP,
+    gamma: float,
+    policy: np.ndarray | None = None,
+    max_iterations: int = 1_000,
+    history: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Policy iteration: evaluate exactly (eq-bellman-matrix), improve greedily, until the policy is stable.
 
     Returns ``(V, policy)``; ``history`` receives the number of states whose action changed per iteration.
     """
     _check_gamma(gamma, mdp)
-    policy = np.full((mdp.n_states, mdp.n_actions), 1.0 / mdp.n_actions) if policy is None else policy
+    policy = (
+        np.full((mdp.n_states, mdp.n_actions), 1.0 / mdp.n_actions) if policy is None else policy
+    )
     check_policy(policy, mdp.n_states, mdp.n_actions)
     for _ in range(max_iterations):
         V = exact_policy_values(mdp.P, mdp.R, policy, gamma, mdp.terminal)
@@ -127,7 +138,11 @@ def _checked_greedy(mdp: TabularMDP, V: np.ndarray, gamma: float) -> np.ndarray:
 
 
 def value_iteration(
-    mdp: TabularMDP, gamma: float, tol: float = 1e-10, max_sweeps: int = 100_000, history: list | None = None
+    mdp: TabularMDP,
+    gamma: float,
+    tol: float = 1e-10,
+    max_sweeps: int = 100_000,
+    history: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Value iteration: sweep the Bellman optimality backup ``V <- max_a Q(V)`` (eq-value-iteration) until it moves < tol.
 
@@ -147,8 +162,15 @@ def value_iteration(
     raise RuntimeError(f"value_iteration did not converge to tol={tol} in max_sweeps={max_sweeps}")
 
 
-def dyna_q(env: gym.Env, n_planning: int = 5, episodes: int = 50, alpha: float = 0.1, gamma: float = 0.95,
-           epsilon: float = 0.1, seed: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def dyna_q(
+    env: gym.Env,
+    n_planning: int = 5,
+    episodes: int = 50,
+    alpha: float = 0.1,
+    gamma: float = 0.95,
+    epsilon: float = 0.1,
+    seed: int = 0,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Tabular Dyna-Q (Sutton & Barto 8.2): Q-learning plus ``n_planning`` updates per real step from a learned model.
 
     The model remembers the last ``(reward, next_state, terminated)`` seen after each ``(s, a)``

@@ -37,7 +37,10 @@ def _check_run(env: gym.Env, episodes: int, gamma: float) -> tuple[int, int]:
 
 
 def _history(returns: list[float], lengths: list[int]) -> dict[str, np.ndarray]:
-    return {"episode_return": np.array(returns, dtype=float), "episode_length": np.array(lengths, dtype=int)}
+    return {
+        "episode_return": np.array(returns, dtype=float),
+        "episode_length": np.array(lengths, dtype=int),
+    }
 
 
 def epsilon_greedy(q_row: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
@@ -96,19 +99,25 @@ def mc_prediction(env, policy, gamma=1.0, episodes=1000, first_visit=True, seed=
     totals, counts = np.zeros(n_states), np.zeros(n_states)
     episode_returns, lengths = [], []
     for episode in range(episodes):
-        states, _, rewards = _play_episode(env, lambda s: _sample(cumulative, s, rng), seed if episode == 0 else None)
+        states, _, rewards = _play_episode(
+            env, lambda s: _sample(cumulative, s, rng), seed if episode == 0 else None
+        )
         first_step = {}
         for t, state in enumerate(states):
             first_step.setdefault(state, t)
         G = 0.0
-        for t in reversed(range(len(states))):  # G <- r_t + gamma G, backwards (eq-return-recursive)
+        for t in reversed(
+            range(len(states))
+        ):  # G <- r_t + gamma G, backwards (eq-return-recursive)
             G = rewards[t] + gamma * G
             if not first_visit or first_step[states[t]] == t:
                 totals[states[t]] += G
                 counts[states[t]] += 1
         episode_returns.append(sum(rewards))
         lengths.append(len(rewards))
-    return np.divide(totals, counts, out=np.zeros(n_states), where=counts > 0), _history(episode_returns, lengths)
+    return np.divide(totals, counts, out=np.zeros(n_states), where=counts > 0), _history(
+        episode_returns, lengths
+    )
 
 
 def mc_control(env, episodes=1000, gamma=1.0, epsilon=0.1, seed=0):
@@ -119,8 +128,9 @@ def mc_control(env, episodes=1000, gamma=1.0, epsilon=0.1, seed=0):
     Q, counts = np.zeros((n_states, n_actions)), np.zeros((n_states, n_actions))
     episode_returns, lengths = [], []
     for episode in range(episodes):
-        states, actions, rewards = _play_episode(env, lambda s: epsilon_greedy(Q[s], epsilon, rng),
-                                                 seed if episode == 0 else None)
+        states, actions, rewards = _play_episode(
+            env, lambda s: epsilon_greedy(Q[s], epsilon, rng), seed if episode == 0 else None
+        )
         returns = _returns(rewards, gamma)
         first_visits = {}
         for t, pair in enumerate(zip(states, actions)):
@@ -133,7 +143,9 @@ def mc_control(env, episodes=1000, gamma=1.0, epsilon=0.1, seed=0):
     return Q, _history(episode_returns, lengths)
 
 
-def off_policy_mc_prediction(env, target_policy, behaviour_policy, gamma=1.0, episodes=1000, weighted=True, seed=0):
+def off_policy_mc_prediction(
+    env, target_policy, behaviour_policy, gamma=1.0, episodes=1000, weighted=True, seed=0
+):
     """Off-policy Monte Carlo prediction of ``q_pi`` from episodes of a behaviour policy b (Sutton & Barto 5.6).
 
     Each return is weighted by the importance ratio ``W = prod_k pi(a_k|s_k) / b(a_k|s_k)`` of the steps
@@ -146,12 +158,16 @@ def off_policy_mc_prediction(env, target_policy, behaviour_policy, gamma=1.0, ep
     check_policy(target_policy, n_states, n_actions)
     check_policy(behaviour_policy, n_states, n_actions)
     if np.any((target_policy > 0) & (behaviour_policy == 0)):
-        raise ValueError("behaviour_policy must give every action the target policy takes a non-zero probability (coverage)")
+        raise ValueError(
+            "behaviour_policy must give every action the target policy takes a non-zero probability (coverage)"
+        )
     rng, cumulative = np.random.default_rng(seed), _cumulative(behaviour_policy)
     Q, weights = np.zeros((n_states, n_actions)), np.zeros((n_states, n_actions))
     episode_returns, lengths = [], []
     for episode in range(episodes):
-        states, actions, rewards = _play_episode(env, lambda s: _sample(cumulative, s, rng), seed if episode == 0 else None)
+        states, actions, rewards = _play_episode(
+            env, lambda s: _sample(cumulative, s, rng), seed if episode == 0 else None
+        )
         G, W = 0.0, 1.0
         for state, action, reward in zip(reversed(states), reversed(actions), reversed(rewards)):
             G = gamma * G + reward
@@ -183,13 +199,26 @@ def _check_alpha(alpha: float) -> None:
         raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
 
 
-def td0_prediction(env, policy, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0, average_from=None):
+def td0_prediction(
+    env, policy, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0, average_from=None
+):
     """TD(0) prediction: ``V(s) <- V(s) + alpha * delta`` with Chapter 1's TD error ``delta`` (eq-td-error)."""
-    return n_step_td_prediction(env, policy, 1, alpha, gamma, episodes, seed, initial_value, average_from)
+    return n_step_td_prediction(
+        env, policy, 1, alpha, gamma, episodes, seed, initial_value, average_from
+    )
 
 
-def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0,
-                         average_from=None):
+def n_step_td_prediction(
+    env,
+    policy,
+    n=1,
+    alpha=0.1,
+    gamma=1.0,
+    episodes=1000,
+    seed=0,
+    initial_value=0.0,
+    average_from=None,
+):
     """n-step TD (eq-n-step-return): update ``V(s_t)`` towards ``r_t + ... + gamma^(n-1) r_{t+n-1} + gamma^n V(s_{t+n})``.
 
     Past the end of an episode the return stops if it terminated, and bootstraps from the last state if
@@ -204,8 +233,12 @@ def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, 
     _check_alpha(alpha)
     if not (isinstance(n, int) and n >= 1):
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if average_from is not None and not (isinstance(average_from, int) and 0 <= average_from < episodes):
-        raise ValueError(f"average_from must be None or an integer in [0, episodes={episodes}), got {average_from!r}")
+    if average_from is not None and not (
+        isinstance(average_from, int) and 0 <= average_from < episodes
+    ):
+        raise ValueError(
+            f"average_from must be None or an integer in [0, episodes={episodes}), got {average_from!r}"
+        )
     rng, cumulative = np.random.default_rng(seed), _cumulative(policy)
     average, averaged = np.zeros(n_states), 0
     V = _initial_values(env, n_states, initial_value)
@@ -216,7 +249,9 @@ def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, 
         end, terminated, t = np.inf, False, 0
         while True:
             if t < end:
-                state, reward, terminated, truncated, _ = env.step(_sample(cumulative, states[-1], rng))
+                state, reward, terminated, truncated, _ = env.step(
+                    _sample(cumulative, states[-1], rng)
+                )
                 states.append(state)
                 rewards.append(float(reward))
                 if terminated or truncated:
@@ -239,7 +274,9 @@ def n_step_td_prediction(env, policy, n=1, alpha=0.1, gamma=1.0, episodes=1000, 
     return (V if average_from is None else average), _history(episode_returns, lengths)
 
 
-def td_lambda_prediction(env, policy, lam=0.9, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0):
+def td_lambda_prediction(
+    env, policy, lam=0.9, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0
+):
     """TD(lambda) with accumulating eligibility traces: the backward view of the lambda-return (eq-lambda-return).
 
     The lambda-return mixes all n-step returns with weights ``(1 - lam) lam^(n-1)``; the same mixture,

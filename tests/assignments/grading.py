@@ -24,7 +24,9 @@ pytest.importorskip("nbgrader")
 
 REPO = Path(__file__).resolve().parents[2]
 COURSE = REPO / "notebooks" / "assignments"
-BLOCKED = "Error: rlkit is unavailable while grading"  # the end of the guard's ImportError / RuntimeError
+BLOCKED = (
+    "Error: rlkit is unavailable while grading"  # the end of the guard's ImportError / RuntimeError
+)
 
 
 @dataclass(frozen=True)
@@ -42,27 +44,43 @@ def nbgrader(course: Path, *args: str, seed: str | None = None) -> subprocess.Co
     env.pop("RLKIT_GRADING_SEED", None)
     if seed is not None:
         env["RLKIT_GRADING_SEED"] = seed
-    bin_dir = str(Path(sys.executable).parent)  # nbgrader shells out to `alembic` when it creates the db
+    bin_dir = str(
+        Path(sys.executable).parent
+    )  # nbgrader shells out to `alembic` when it creates the db
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     # rlkit importable in the grading kernel, so the cheats really reach it and the guard must stop them
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
 def copy_course(root: Path) -> Path:
     """A copy of notebooks/assignments at ``root``, without anything nbgrader wrote in the repository."""
-    shutil.copytree(COURSE, root, ignore=shutil.ignore_patterns(
-        "release", "submitted", "autograded", "feedback", "gradebook.db", ".ipynb_checkpoints"))
+    shutil.copytree(
+        COURSE,
+        root,
+        ignore=shutil.ignore_patterns(
+            "release", "submitted", "autograded", "feedback", "gradebook.db", ".ipynb_checkpoints"
+        ),
+    )
     return root
 
 
 def solution_sources(nb) -> dict[str, str]:
     """grade id -> source of each solution cell."""
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
 
 
 def failed(score: dict[str, float], points: dict[str, float]) -> set[str]:
@@ -85,7 +103,9 @@ class Assignment:
     def source(self) -> Path:
         return COURSE / "source" / self.name / f"{self.name}.ipynb"
 
-    def path(self, course: Path, step: str, student: str | None = None, suffix: str = ".ipynb") -> Path:
+    def path(
+        self, course: Path, step: str, student: str | None = None, suffix: str = ".ipynb"
+    ) -> Path:
         """The notebook of a step (release, submitted, autograded, feedback), for a student where it has one."""
         folder = course / step if student is None else course / step / student
         return folder / self.name / f"{self.name}{suffix}"
@@ -93,9 +113,14 @@ class Assignment:
     def reference_sources(self) -> dict[str, str]:
         """The instructor's solutions from the source notebook, without the solution markers."""
         nb = nbformat.read(self.source, as_version=4)
-        return {grade_id: "\n".join(line for line in source.splitlines() if "### BEGIN SOLUTION" not in line
-                                    and "### END SOLUTION" not in line)
-                for grade_id, source in solution_sources(nb).items()}
+        return {
+            grade_id: "\n".join(
+                line
+                for line in source.splitlines()
+                if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
+            )
+            for grade_id, source in solution_sources(nb).items()
+        }
 
     def release(self, root: Path) -> Path:
         """A course copy at ``root`` with this assignment released (the `make assignments` step)."""
@@ -116,11 +141,23 @@ class Assignment:
 
     def autograde(self, course: Path, seed: str, student: str | None = None) -> None:
         """Autograde every submission (or one student's) with the given grading seed."""
-        nbgrader(course, "autograde", self.name, "--create", "--force",
-                 *(("--student", student) if student else ()), seed=seed)
+        nbgrader(
+            course,
+            "autograde",
+            self.name,
+            "--create",
+            "--force",
+            *(("--student", student) if student else ()),
+            seed=seed,
+        )
 
-    def grade_submissions(self, course: Path, variants: dict[str, Variant],
-                          make_recorder: Callable[[dict[str, str]], dict[str, str]], seed: str) -> dict[str, dict[str, float]]:
+    def grade_submissions(
+        self,
+        course: Path,
+        variants: dict[str, Variant],
+        make_recorder: Callable[[dict[str, str]], dict[str, str]],
+        seed: str,
+    ) -> dict[str, dict[str, float]]:
         """Submit the reference, the unmodified release ("stubs"), each variant (the reference with its cells
         replaced) and the recorder built from the reference; autograde them in one run; their scores."""
         reference = self.reference_sources()
@@ -138,8 +175,13 @@ class Assignment:
         from nbgrader.api import Gradebook
 
         with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-            return {s: {g.name: g.score for g in gb.find_submission_notebook(self.name, self.name, s).grades}
-                    for s in students}
+            return {
+                s: {
+                    g.name: g.score
+                    for g in gb.find_submission_notebook(self.name, self.name, s).grades
+                }
+                for s in students
+            }
 
     def errors(self, course: Path, student: str) -> dict[str, str]:
         """cell grade id -> 'Name: message' of its error output in the autograded notebook."""
@@ -164,8 +206,11 @@ class Assignment:
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert all(c.outputs == [] and c.execution_count is None for c in code)
         assert set(solution_sources(nb)) == solution_cells
-        got = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in code
-               if c.metadata["nbgrader"].get("grade")}
+        got = {
+            c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+            for c in code
+            if c.metadata["nbgrader"].get("grade")
+        }
         assert got == points
 
     def check_release_is_clean(self, course: Path, default_seed: str) -> None:
@@ -173,13 +218,26 @@ class Assignment:
         solution cell; each secret is first checked to be in the source, so the check cannot go stale."""
         source = self.source.read_text()
         release = self.path(course, "release").read_text()
-        solution_lines = [line.strip() for src in solution_sources(nbformat.read(self.source, as_version=4)).values()
-                          for line in src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0].splitlines()
-                          if line.strip()]
-        secrets = ["BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "RLKIT_GRADING_SEED", "GRADING_SEED", default_seed,
-                   "_hidden_", "rlkit is unavailable", *solution_lines]
+        solution_lines = [
+            line.strip()
+            for src in solution_sources(nbformat.read(self.source, as_version=4)).values()
+            for line in src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0].splitlines()
+            if line.strip()
+        ]
+        secrets = [
+            "BEGIN SOLUTION",
+            "BEGIN HIDDEN TESTS",
+            "RLKIT_GRADING_SEED",
+            "GRADING_SEED",
+            default_seed,
+            "_hidden_",
+            "rlkit is unavailable",
+            *solution_lines,
+        ]
         for secret in secrets:
-            as_stored = json.dumps(secret, ensure_ascii=False)[1:-1]  # as it reads in the notebook's JSON
+            as_stored = json.dumps(secret, ensure_ascii=False)[
+                1:-1
+            ]  # as it reads in the notebook's JSON
             assert as_stored in source, f"test is stale: {secret!r} is not in the source notebook"
             assert as_stored not in release, f"the released notebook leaks {secret!r}"
         nb = nbformat.read(self.path(course, "release"), as_version=4)
@@ -187,14 +245,22 @@ class Assignment:
             assert "raise NotImplementedError()" in src, f"solution cell {grade_id} has no stub"
         assert all(c.get("outputs", []) == [] for c in nb.cells)
 
-    def check_graded_marks(self, graded: dict[str, dict[str, float]], points: dict[str, float]) -> None:
+    def check_graded_marks(
+        self, graded: dict[str, dict[str, float]], points: dict[str, float]
+    ) -> None:
         """The reference and the recorder (the reference plus a side effect) earn full marks, the stubs none."""
         assert graded["reference"] == points
         assert graded["recorder"] == points
         assert graded["stubs"] == {cell: 0.0 for cell in points}
 
-    def check_variant_loses(self, graded: dict[str, dict[str, float]], points: dict[str, float], name: str,
-                            variant: Variant, may_also_fail: frozenset = frozenset()) -> None:
+    def check_variant_loses(
+        self,
+        graded: dict[str, dict[str, float]],
+        points: dict[str, float],
+        name: str,
+        variant: Variant,
+        may_also_fail: frozenset = frozenset(),
+    ) -> None:
         """A wrong submission loses every point of the cells it breaks, perhaps of ``may_also_fail``, no others."""
         lost = failed(graded[name], points)
         assert variant.fails <= lost <= variant.fails | may_also_fail, f"{name} ({variant.why})"
@@ -207,8 +273,14 @@ class Assignment:
         for cell, message in errors.items():
             assert "hidden case" in message, (cell, message)
 
-    def check_memorizer_needs_the_seed(self, course: Path, memorizer_cells: dict[str, str], points: dict[str, float],
-                                       seed_a: str, seed_b: str) -> None:
+    def check_memorizer_needs_the_seed(
+        self,
+        course: Path,
+        memorizer_cells: dict[str, str],
+        points: dict[str, float],
+        seed_a: str,
+        seed_b: str,
+    ) -> None:
         """A memoriser replaying the outputs recorded under ``seed_a`` earns full marks under ``seed_a`` and
         none under ``seed_b``, failing only on hidden cases (the visible checks do not change with the seed)."""
         for student, seed in (("memorizer_seed_a", seed_a), ("memorizer_seed_b", seed_b)):
@@ -216,11 +288,15 @@ class Assignment:
             self.autograde(course, seed, student)
         got = self.scores(course, ["memorizer_seed_a", "memorizer_seed_b"])
         assert got["memorizer_seed_a"] == points, "replaying the seed's own cases must pass"
-        assert got["memorizer_seed_b"] == {cell: 0.0 for cell in points}, "another seed must draw other cases"
+        assert got["memorizer_seed_b"] == {cell: 0.0 for cell in points}, (
+            "another seed must draw other cases"
+        )
         for cell, message in self.errors(course, "memorizer_seed_b").items():
             assert "hidden case" in message, (cell, message)
 
-    def check_feedback_hides(self, course: Path, student: str, default_seed: str, secrets: tuple[str, ...]) -> None:
+    def check_feedback_hides(
+        self, course: Path, student: str, default_seed: str, secrets: tuple[str, ...]
+    ) -> None:
         """The feedback of a student who passed the visible checks shows none of the hidden set-up."""
         html = self.feedback_html(course, student)
         assert "Visible checks passed." in html

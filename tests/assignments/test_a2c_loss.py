@@ -20,7 +20,12 @@ pytestmark = pytest.mark.assignments
 ASSIGNMENT = grading.Assignment("a2c_loss")
 NSTEP, TRUNC, LOSS, TRAIN = "n_step_advantages", "truncation_bootstrap", "a2c_loss", "train_a2c"
 TEST_NSTEP, TEST_DONES, TEST_TRUNC, TEST_LOSS, TEST_TRAIN = (
-    "test_n_step_advantages", "test_n_step_advantages_dones", "test_truncation_bootstrap", "test_a2c_loss", "test_train_a2c")
+    "test_n_step_advantages",
+    "test_n_step_advantages_dones",
+    "test_truncation_bootstrap",
+    "test_a2c_loss",
+    "test_train_a2c",
+)
 POINTS = {TEST_NSTEP: 2.0, TEST_DONES: 2.0, TEST_TRUNC: 1.0, TEST_LOSS: 3.0, TEST_TRAIN: 2.0}
 ALL_TESTS = frozenset(POINTS)
 SEED_A, SEED_B = "1001", "2002"
@@ -32,7 +37,7 @@ THRESHOLD = 100  # the mean return the trained policy must reach, in the visible
 
 # (a) The advantages left in the graph: the loss is right, but through the policy loss a gradient reaches
 # whatever the advantages were computed from (the critic, in a loop that computes them with gradients).
-ADVANTAGES_NOT_DETACHED = '''
+ADVANTAGES_NOT_DETACHED = """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
     targets = returns.detach()
@@ -40,11 +45,11 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     value_loss = ((values - targets) ** 2).mean()
     entropy_bonus = policy.entropy().mean()
     return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus
-'''
+"""
 
 # (b) Bootstrapping across episode ends: dones ignored, so the return of an episode's last step runs on
 # into the next episode (and V(s_n) of the next episode is added to the one that ended at the last step).
-IGNORES_DONES = '''
+IGNORES_DONES = """
 def n_step_advantages(rewards, values, dones, last_value, gamma):
     with torch.no_grad():
         num_steps = rewards.shape[1]
@@ -55,35 +60,35 @@ def n_step_advantages(rewards, values, dones, last_value, gamma):
             n_step_returns[:, t] = following
         advantage_estimates = n_step_returns - values.to(rewards.dtype)
     return advantage_estimates, n_step_returns
-'''
+"""
 
 # (c) gamma * V(s_final) added at every episode end, terminated ones included.
-BOOTSTRAPS_AFTER_TERMINATION = '''
+BOOTSTRAPS_AFTER_TERMINATION = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     episode_ends = torch.maximum(terminated, truncated).to(rewards.dtype)
     bootstrapped = rewards + gamma * torch.where(episode_ends.bool(), final_values, torch.zeros_like(final_values))  # BUG
     return bootstrapped, episode_ends
-'''
+"""
 
 # (c') Truncation treated as termination: no bootstrap when the time limit cuts an episode.
-NO_TRUNCATION_BOOTSTRAP = '''
+NO_TRUNCATION_BOOTSTRAP = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     episode_ends = torch.maximum(terminated, truncated).to(rewards.dtype)
     return rewards.clone(), episode_ends  # BUG: no gamma * V(s_final) at truncated steps
-'''
+"""
 
 # (c'') Right for either flag alone, but it bootstraps a step that is both terminated and truncated (the
 # pole fell on the last step the time limit allowed). The visible checks have no such step.
-BOOTSTRAPS_WHEN_BOTH = '''
+BOOTSTRAPS_WHEN_BOTH = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     cut_short = truncated  # BUG: truncated * (1 - terminated)
     bootstrapped = rewards + gamma * torch.where(cut_short.bool(), final_values, torch.zeros_like(final_values))
     episode_ends = torch.maximum(terminated, truncated).to(rewards.dtype)
     return bootstrapped, episode_ends
-'''
+"""
 
 # (d) The entropy bonus with the wrong sign: a penalty that pushes the policy to be deterministic.
-ENTROPY_SIGN_FLIPPED = '''
+ENTROPY_SIGN_FLIPPED = """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
     weights, targets = advantages.detach(), returns.detach()
@@ -91,10 +96,10 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     value_loss = ((values - targets) ** 2).mean()
     entropy_bonus = policy.entropy().mean()
     return policy_loss + vf_coef * value_loss + ent_coef * entropy_bonus  # BUG: - ent_coef
-'''
+"""
 
 # (e) The critic regressed on the advantages instead of the returns.
-VALUE_LOSS_ON_ADVANTAGES = '''
+VALUE_LOSS_ON_ADVANTAGES = """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
     weights = advantages.detach()
@@ -102,10 +107,10 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     value_loss = ((values - weights) ** 2).mean()  # BUG: the target is the returns
     entropy_bonus = policy.entropy().mean()
     return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus
-'''
+"""
 
 # (f) The policy loss with the wrong sign: gradient descent on it makes dropping the pole more likely.
-POLICY_LOSS_SIGN_FLIPPED = '''
+POLICY_LOSS_SIGN_FLIPPED = """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
     weights, targets = advantages.detach(), returns.detach()
@@ -113,26 +118,50 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     value_loss = ((values - targets) ** 2).mean()
     entropy_bonus = policy.entropy().mean()
     return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus
-'''
+"""
 
 WRONG = {
-    "a_advantages_not_detached": Variant({LOSS: ADVANTAGES_NOT_DETACHED}, frozenset({TEST_LOSS}),
-                                         "a gradient reaches the critic through the policy loss; training is unchanged, "
-                                         "as the rollout's advantages carry no graph"),
-    "b_ignores_dones": Variant({NSTEP: IGNORES_DONES}, frozenset({TEST_DONES, TEST_TRAIN}),
-                               "returns run on across episode ends: falling costs nothing, and nothing is learned"),
-    "c_bootstraps_after_termination": Variant({TRUNC: BOOTSTRAPS_AFTER_TERMINATION}, frozenset({TEST_TRUNC, TEST_TRAIN}),
-                                              "gamma * V(s_final) after a fall too: falling costs nothing"),
-    "c_no_truncation_bootstrap": Variant({TRUNC: NO_TRUNCATION_BOOTSTRAP}, frozenset({TEST_TRUNC}),
-                                         "a time limit treated as a fall; short runs hardly reach the limit"),
-    "c_bootstraps_when_both": Variant({TRUNC: BOOTSTRAPS_WHEN_BOTH}, frozenset({TEST_TRUNC}),
-                                      "a step both terminated and truncated is bootstrapped"),
-    "d_entropy_sign_flipped": Variant({LOSS: ENTROPY_SIGN_FLIPPED}, frozenset({TEST_LOSS}),
-                                      "an entropy penalty; training uses ent_coef = 0, so it learns as before"),
-    "e_value_loss_on_advantages": Variant({LOSS: VALUE_LOSS_ON_ADVANTAGES}, frozenset({TEST_LOSS}),
-                                          "the critic regressed on the advantages, not the returns"),
-    "f_policy_loss_sign_flipped": Variant({LOSS: POLICY_LOSS_SIGN_FLIPPED}, frozenset({TEST_LOSS, TEST_TRAIN}),
-                                          "gradient ascent on the surrogate: the policy learns to drop the pole"),
+    "a_advantages_not_detached": Variant(
+        {LOSS: ADVANTAGES_NOT_DETACHED},
+        frozenset({TEST_LOSS}),
+        "a gradient reaches the critic through the policy loss; training is unchanged, "
+        "as the rollout's advantages carry no graph",
+    ),
+    "b_ignores_dones": Variant(
+        {NSTEP: IGNORES_DONES},
+        frozenset({TEST_DONES, TEST_TRAIN}),
+        "returns run on across episode ends: falling costs nothing, and nothing is learned",
+    ),
+    "c_bootstraps_after_termination": Variant(
+        {TRUNC: BOOTSTRAPS_AFTER_TERMINATION},
+        frozenset({TEST_TRUNC, TEST_TRAIN}),
+        "gamma * V(s_final) after a fall too: falling costs nothing",
+    ),
+    "c_no_truncation_bootstrap": Variant(
+        {TRUNC: NO_TRUNCATION_BOOTSTRAP},
+        frozenset({TEST_TRUNC}),
+        "a time limit treated as a fall; short runs hardly reach the limit",
+    ),
+    "c_bootstraps_when_both": Variant(
+        {TRUNC: BOOTSTRAPS_WHEN_BOTH},
+        frozenset({TEST_TRUNC}),
+        "a step both terminated and truncated is bootstrapped",
+    ),
+    "d_entropy_sign_flipped": Variant(
+        {LOSS: ENTROPY_SIGN_FLIPPED},
+        frozenset({TEST_LOSS}),
+        "an entropy penalty; training uses ent_coef = 0, so it learns as before",
+    ),
+    "e_value_loss_on_advantages": Variant(
+        {LOSS: VALUE_LOSS_ON_ADVANTAGES},
+        frozenset({TEST_LOSS}),
+        "the critic regressed on the advantages, not the returns",
+    ),
+    "f_policy_loss_sign_flipped": Variant(
+        {LOSS: POLICY_LOSS_SIGN_FLIPPED},
+        frozenset({TEST_LOSS, TEST_TRAIN}),
+        "gradient ascent on the surrogate: the policy learns to drop the pole",
+    ),
 }
 # Mistakes that also hurt learning, but not on every seed: they may lose the training cell as well. A critic
 # fitted to the advantages chases a target that moves with it (A = R - V) and is a poor baseline: in 20
@@ -155,14 +184,14 @@ DO_NOT_LEARN = ("b_ignores_dones", "c_bootstraps_after_termination", "f_policy_l
 # gae imported before the guard runs (the first test cell): the guard makes it raise. The A2C loss imported
 # after the guard: the import fails, so a2c_loss is never defined. truncation_bootstrap is the student's own.
 CHEAT_IMPORTS = {
-    NSTEP: '''
+    NSTEP: """
 from rlkit.advantages import gae
 
 
 def n_step_advantages(rewards, values, dones, last_value, gamma):
     return gae(rewards, values, gamma, 1.0, dones=dones, last_value=last_value)
-''',
-    LOSS: '''
+""",
+    LOSS: """
 from rlkit.a2c import a2c_loss as library_a2c_loss
 
 
@@ -171,17 +200,18 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, advantages.detach(),
                                returns.detach(), ent_coef, vf_coef)
     return loss
-'''}
+""",
+}
 
 # rlkit imported when the functions are called, after the guard: ImportError.
 CHEAT_AT_CALL_TIME = {
-    NSTEP: '''
+    NSTEP: """
 def n_step_advantages(rewards, values, dones, last_value, gamma):
     from rlkit.advantages import gae
 
     return gae(rewards, values, gamma, 1.0, dones=dones, last_value=last_value)
-''',
-    LOSS: '''
+""",
+    LOSS: """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     from rlkit.a2c import a2c_loss as library_a2c_loss
 
@@ -189,14 +219,21 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, advantages.detach(),
                                returns.detach(), ent_coef, vf_coef)
     return loss
-'''}
+""",
+}
 
 CHEATS = {
-    "cheat_imports_rlkit": Variant(CHEAT_IMPORTS, frozenset({TEST_NSTEP, TEST_DONES, TEST_LOSS, TEST_TRAIN}),
-                                   "n-step advantages from rlkit's gae (bound before the guard), the loss from rlkit.a2c "
-                                   "(imported after it); the training loop calls them"),
-    "cheat_imports_rlkit_at_call_time": Variant(CHEAT_AT_CALL_TIME, frozenset({TEST_NSTEP, TEST_DONES, TEST_LOSS, TEST_TRAIN}),
-                                                "rlkit imported inside the functions, when they are called"),
+    "cheat_imports_rlkit": Variant(
+        CHEAT_IMPORTS,
+        frozenset({TEST_NSTEP, TEST_DONES, TEST_LOSS, TEST_TRAIN}),
+        "n-step advantages from rlkit's gae (bound before the guard), the loss from rlkit.a2c "
+        "(imported after it); the training loop calls them",
+    ),
+    "cheat_imports_rlkit_at_call_time": Variant(
+        CHEAT_AT_CALL_TIME,
+        frozenset({TEST_NSTEP, TEST_DONES, TEST_LOSS, TEST_TRAIN}),
+        "rlkit imported inside the functions, when they are called",
+    ),
 }
 
 
@@ -209,7 +246,7 @@ def recorder(reference: dict[str, str], path: str) -> dict[str, str]:
     """The reference solution, saving every outermost call's inputs and outputs to ``path`` (torch.save):
     for the functions, the outputs, and the loss's gradient with respect to each input that requires one;
     for train_a2c, the trained agent's weights and the history it returned."""
-    preamble = f'''
+    preamble = f"""
 import torch
 
 _record_path = {path!r}
@@ -247,8 +284,11 @@ def _recorded_call(function):
         return out
 
     return wrapper
-'''
-    cells = {**reference, **{cell: reference[cell] + f"\n\n{cell} = _recorded_call({cell})\n" for cell in RECORDED}}
+"""
+    cells = {
+        **reference,
+        **{cell: reference[cell] + f"\n\n{cell} = _recorded_call({cell})\n" for cell in RECORDED},
+    }
     cells[NSTEP] = preamble + cells[NSTEP]
     return cells
 
@@ -287,17 +327,17 @@ def n_step_advantages(rewards, values, dones, last_value, gamma):
     hit = _replay("n_step_advantages", rewards, values, dones, last_value, gamma)
     return hit if hit is not None else (torch.zeros_like(rewards), torch.zeros_like(rewards))
 '''
-    trunc = '''
+    trunc = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     hit = _replay("truncation_bootstrap", rewards, terminated, truncated, final_values, gamma)
     return hit if hit is not None else (torch.zeros_like(rewards), torch.zeros_like(rewards))
-'''
-    loss = '''
+"""
+    loss = """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     hit = _replay("a2c_loss", logits, actions, values, advantages, returns, ent_coef, vf_coef)
     return hit if hit is not None else (0.0 * logits).sum() + (0.0 * values).sum()
-'''
-    train = '''
+"""
+    train = """
 def train_a2c(*args, **kwargs):
     for seen_name, seen_inputs, out, _ in _table:
         if seen_name == "train_a2c" and seen_inputs == [list(args), sorted(kwargs.items())]:
@@ -306,11 +346,12 @@ def train_a2c(*args, **kwargs):
             agent.load_state_dict(weights)
             return agent, list(history)
     return ActorCritic(), [0.0]
-'''
+"""
     return {NSTEP: nstep, TRUNC: trunc, LOSS: loss, TRAIN: train}
 
 
 # ---- The tests ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
@@ -321,8 +362,12 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def graded(course) -> dict[str, dict[str, float]]:
     """Every submission below, autograded in one nbgrader run with SEED_A."""
-    return ASSIGNMENT.grade_submissions(course, {**WRONG, **CHEATS}, lambda reference: recorder(reference, str(course / "record.pt")),
-                                        SEED_A)
+    return ASSIGNMENT.grade_submissions(
+        course,
+        {**WRONG, **CHEATS},
+        lambda reference: recorder(reference, str(course / "record.pt")),
+        SEED_A,
+    )
 
 
 def test_source_notebook_is_stored_clean():
@@ -340,26 +385,48 @@ def test_hidden_references_agree_with_rlkit():
     from rlkit.advantages import gae
 
     nb = grading.nbformat.read(ASSIGNMENT.source, as_version=4)
-    setup = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == TEST_NSTEP)
+    setup = next(
+        c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == TEST_NSTEP
+    )
     setup = setup.split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0]
     body, guard = setup.rsplit("\n_hidden_block_rlkit()\n", 1)
-    assert guard.lstrip().startswith("# ---- End of the grading set-up."), "the set-up should end with the guard"
+    assert guard.lstrip().startswith("# ---- End of the grading set-up."), (
+        "the set-up should end with the guard"
+    )
     namespace: dict = {"__name__": "hidden_setup"}
     exec(compile(body, "hidden_setup", "exec"), namespace)  # noqa: S102 - our own notebook's set-up, without the guard
     for seed in (int(SEED_A), int(DEFAULT_SEED)):
         namespace["GRADING_SEED"] = seed
-        for case in namespace["_hidden_rollouts"](1, with_dones=False) + namespace["_hidden_rollouts"](2, with_dones=True):
-            want = gae(case["rewards"], case["values"], case["gamma"], 1.0, dones=case["dones"], last_value=case["last_value"])
+        for case in namespace["_hidden_rollouts"](1, with_dones=False) + namespace[
+            "_hidden_rollouts"
+        ](2, with_dones=True):
+            want = gae(
+                case["rewards"],
+                case["values"],
+                case["gamma"],
+                1.0,
+                dones=case["dones"],
+                last_value=case["last_value"],
+            )
             for got, expected in zip(namespace["_hidden_n_step_advantages"](case), want):
                 torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
         for case in namespace["_hidden_batches"](4):
             logits = case["logits"].clone().requires_grad_(True)
             values = case["values"].clone().requires_grad_(True)
             policy = Categorical(logits=logits)
-            loss, _ = a2c_loss(policy.log_prob(case["actions"]), policy.entropy(), values, case["advantages"],
-                               case["returns"], case["ent_coef"], case["vf_coef"])
+            loss, _ = a2c_loss(
+                policy.log_prob(case["actions"]),
+                policy.entropy(),
+                values,
+                case["advantages"],
+                case["returns"],
+                case["ent_coef"],
+                case["vf_coef"],
+            )
             loss.backward()
-            for got, expected in zip(namespace["_hidden_a2c_loss"](case), (loss.detach(), logits.grad, values.grad)):
+            for got, expected in zip(
+                namespace["_hidden_a2c_loss"](case), (loss.detach(), logits.grad, values.grad)
+            ):
                 torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
 
 
@@ -373,7 +440,9 @@ def test_reference_and_recorder_get_full_marks_and_the_stubs_none(graded):
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_solution_loses_exactly_the_cells_it_breaks(graded, name):
-    ASSIGNMENT.check_variant_loses(graded, POINTS, name, WRONG[name], MAY_ALSO_FAIL.get(name, frozenset()))
+    ASSIGNMENT.check_variant_loses(
+        graded, POINTS, name, WRONG[name], MAY_ALSO_FAIL.get(name, frozenset())
+    )
 
 
 @pytest.mark.parametrize("name", HIDDEN_ONLY)
@@ -385,7 +454,9 @@ def test_some_mistakes_are_caught_only_by_the_hidden_cases(course, graded, name)
 def test_a_broken_update_does_not_learn(course, graded, name):
     """The visible training run (seed 0) already fails: the policy drops the pole within about 20 steps."""
     message = ASSIGNMENT.errors(course, name)[TEST_TRAIN]
-    assert message.startswith("AssertionError: after 500 updates the policy should keep the pole up"), message
+    assert message.startswith(
+        "AssertionError: after 500 updates the policy should keep the pole up"
+    ), message
     score = float(message.rsplit("not ", 1)[1])
     assert score < THRESHOLD * 0.6, message
 
@@ -405,7 +476,9 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
     errors = ASSIGNMENT.errors(course, name)
     for cell in variant.fails:
         message = errors.get(cell, "")
-        assert grading.blocked(message) or message.startswith("NameError"), f"{name}: {cell} failed with {message!r}"
+        assert grading.blocked(message) or message.startswith("NameError"), (
+            f"{name}: {cell} failed with {message!r}"
+        )
     for cell in (TEST_NSTEP, TEST_DONES, TEST_TRAIN):
         assert grading.blocked(errors[cell]), (cell, errors[cell])
     if name == "cheat_imports_rlkit":
@@ -420,5 +493,9 @@ def test_hidden_cases_change_with_the_grading_seed(course, graded):
 
 
 def test_feedback_does_not_show_hidden_tests(course, graded):
-    secrets = ("def _hidden_truncation_bootstrap", "def _hidden_average_return", "def _hidden_a2c_loss")
+    secrets = (
+        "def _hidden_truncation_bootstrap",
+        "def _hidden_average_return",
+        "def _hidden_a2c_loss",
+    )
     ASSIGNMENT.check_feedback_hides(course, "c_bootstraps_when_both", DEFAULT_SEED, secrets)

@@ -21,7 +21,12 @@ pytestmark = pytest.mark.assignments
 ASSIGNMENT = grading.Assignment("ppo_losses")
 POLICY, VALUE, DIAG, LOSS = "clipped_policy_loss", "clipped_value_loss", "diagnostics", "ppo_loss"
 TEST_POLICY, TEST_VALUE, TEST_DIAG, TEST_LOSS, TEST_TRAIN = (
-    "test_clipped_policy_loss", "test_clipped_value_loss", "test_diagnostics", "test_ppo_loss", "test_train_ppo")
+    "test_clipped_policy_loss",
+    "test_clipped_value_loss",
+    "test_diagnostics",
+    "test_ppo_loss",
+    "test_train_ppo",
+)
 POINTS = {TEST_POLICY: 3.0, TEST_VALUE: 2.0, TEST_DIAG: 1.0, TEST_LOSS: 2.0, TEST_TRAIN: 2.0}
 ALL_TESTS = frozenset(POINTS)
 SEED_A, SEED_B = "1001", "2002"
@@ -36,7 +41,7 @@ KL_LIMIT = 0.1  # how far (KL) 40 epochs on one batch may move the policy, in th
 # ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). -------------------
 
 # Part 1's cell holds three functions; the mistakes below are in clipped_policy_loss unless marked otherwise.
-HELPERS = '''
+HELPERS = """
 def masked_mean(x, mask=None):
     if mask is None:
         return x.mean()
@@ -46,11 +51,13 @@ def masked_mean(x, mask=None):
 
 def probability_ratio(logprobs, old_logprobs):
     return torch.exp(logprobs - old_logprobs.detach())
-'''
+"""
 
 # (a) The optimistic bound: min of the negated terms (max of the surrogates). Where the ratio has left the
 # range on the side its advantage favours, the unclipped term wins and keeps pulling: no trust region.
-MIN_INSTEAD_OF_MAX = HELPERS + '''
+MIN_INSTEAD_OF_MAX = (
+    HELPERS
+    + """
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
@@ -58,10 +65,13 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     return masked_mean(torch.minimum(unclipped, clipped), mask)  # BUG: torch.maximum, the pessimistic bound
-'''
+"""
+)
 
 # (b) The advantages clipped to [1 - eps, 1 + eps] instead of the ratio: nothing bounds the ratio.
-CLIPS_THE_ADVANTAGES = HELPERS + '''
+CLIPS_THE_ADVANTAGES = (
+    HELPERS
+    + """
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
@@ -69,11 +79,14 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     unclipped = -advantages * ratio
     clipped = -torch.clamp(advantages, 1.0 - clip_eps, 1.0 + clip_eps) * ratio  # BUG: clip the ratio, not A
     return masked_mean(torch.maximum(unclipped, clipped), mask)
-'''
+"""
+)
 
 # (c) The log-ratio used as the ratio: 0, not 1, at the start, so the clip range [1 - eps, 1 + eps] is
 # reached only after the log-probability of an action has risen by 1 - eps (its probability x 2.2).
-RATIO_NOT_EXPONENTIATED = HELPERS + '''
+RATIO_NOT_EXPONENTIATED = (
+    HELPERS
+    + """
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
@@ -81,12 +94,13 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     return masked_mean(torch.maximum(unclipped, clipped), mask)
-'''
+"""
+)
 
 # (d) old_logprobs not detached (in probability_ratio): right values, but a gradient flows into pi_old; and
 # where the old log-probabilities are the new ones (one step per batch), the ratio is exp(0) for every
 # parameter, and the policy's gradient is 0.
-OLD_LOGPROBS_NOT_DETACHED = '''
+OLD_LOGPROBS_NOT_DETACHED = """
 def masked_mean(x, mask=None):
     if mask is None:
         return x.mean()
@@ -104,10 +118,12 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     return masked_mean(torch.maximum(unclipped, clipped), mask)
-'''
+"""
 
 # (e) The mask ignored: the mean over every entry, padding included.
-MASK_IGNORED = HELPERS + '''
+MASK_IGNORED = (
+    HELPERS
+    + """
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
@@ -115,11 +131,14 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     return torch.maximum(unclipped, clipped).mean()  # BUG: masked_mean(..., mask)
-'''
+"""
+)
 
 # (f) The default clip range written in: right at clip_eps = 0.2, which is all the visible checks and the
 # training runs use.
-HARD_CODED_CLIP_RANGE = HELPERS + '''
+HARD_CODED_CLIP_RANGE = (
+    HELPERS
+    + """
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
@@ -127,21 +146,25 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 0.8, 1.2)  # BUG: 1 - clip_eps, 1 + clip_eps
     return masked_mean(torch.maximum(unclipped, clipped), mask)
-'''
+"""
+)
 
 # (g) The surrogate itself, not its negative: gradient descent on it makes the worst arms more likely.
-SURROGATE_NOT_NEGATED = HELPERS + '''
+SURROGATE_NOT_NEGATED = (
+    HELPERS
+    + """
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
     ratio = probability_ratio(logprobs, old_logprobs)
     surrogate = torch.minimum(advantages * ratio, advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps))
     return masked_mean(surrogate, mask)  # BUG: -masked_mean(...), a loss to minimise
-'''
+"""
+)
 
 # (h) The value clipped around the new value: V_old pulled to within eps of V, instead of V kept within
 # eps of V_old.
-VALUE_CLIPPED_AROUND_NEW_VALUE = '''
+VALUE_CLIPPED_AROUND_NEW_VALUE = """
 def clipped_value_loss(values, old_values, returns, clip_eps=0.2, mask=None):
     returns = returns.detach()
     squared_error = (values - returns) ** 2
@@ -150,11 +173,11 @@ def clipped_value_loss(values, old_values, returns, clip_eps=0.2, mask=None):
         clipped_values = torch.clamp(old_values, values - clip_eps, values + clip_eps)  # BUG: V_old + clip(V - V_old)
         squared_error = torch.maximum(squared_error, (clipped_values - returns) ** 2)
     return 0.5 * masked_mean(squared_error, mask)
-'''
+"""
 
 # (i) k3 with the log-ratio's sign flipped: (1/r - 1) + log r, k3 of KL(pi || pi_old), which needs samples of
 # pi; the batch holds pi_old's.
-KL_WRONG_DIRECTION = '''
+KL_WRONG_DIRECTION = """
 def clip_fraction(logprobs, old_logprobs, clip_eps=0.2, mask=None):
     with torch.no_grad():
         ratio = probability_ratio(logprobs, old_logprobs)
@@ -166,9 +189,9 @@ def approx_kl(logprobs, old_logprobs, mask=None):
     with torch.no_grad():
         log_ratio = old_logprobs - logprobs  # BUG: logprobs - old_logprobs
         return masked_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask)
-'''
+"""
 
-NORMALIZE = '''
+NORMALIZE = """
 def normalize_advantages(advantages, mask=None, eps=1e-8):
     mean = masked_mean(advantages, mask)
     centred = advantages - mean
@@ -176,12 +199,12 @@ def normalize_advantages(advantages, mask=None, eps=1e-8):
     variance = masked_mean(centred**2, mask) * count / (count - 1)
     normalized = centred / torch.sqrt(variance + eps)
     return normalized if mask is None else normalized * mask.to(advantages.dtype)
-'''
+"""
 
 
 def _ppo_loss(total: str) -> str:
     """ppo_loss with the given return line."""
-    return f'''
+    return f"""
 
 def ppo_loss(logits, actions, old_logprobs, values, old_values, advantages, returns, clip_eps=0.2,
              value_clip_eps=None, vf_coef=0.5, ent_coef=0.0, mask=None, normalize=True):
@@ -192,45 +215,79 @@ def ppo_loss(logits, actions, old_logprobs, values, old_values, advantages, retu
     value_loss = clipped_value_loss(values, old_values, returns, value_clip_eps, mask)
     entropy_bonus = masked_mean(policy.entropy(), mask)
     {total}
-'''
+"""
 
 
 # (j) The entropy bonus with the wrong sign: a penalty that pushes the policy to be deterministic.
 ENTROPY_SIGN_FLIPPED = NORMALIZE + _ppo_loss(
-    "return policy_loss + vf_coef * value_loss + ent_coef * entropy_bonus  # BUG: - ent_coef")
+    "return policy_loss + vf_coef * value_loss + ent_coef * entropy_bonus  # BUG: - ent_coef"
+)
 
 # (k) The advantages normalised over every entry, padding included.
-NORMALIZES_OVER_PADDING = '''
+NORMALIZES_OVER_PADDING = """
 def normalize_advantages(advantages, mask=None, eps=1e-8):
     normalized = (advantages - advantages.mean()) / torch.sqrt(advantages.var() + eps)  # BUG: padding counted
     return normalized if mask is None else normalized * mask.to(advantages.dtype)
-''' + _ppo_loss("return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus")
+""" + _ppo_loss("return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus")
 
 POLICY_TESTS = frozenset({TEST_POLICY, TEST_LOSS})
 BREAKS_TRAINING = POLICY_TESTS | {TEST_TRAIN}
 WRONG = {
-    "a_min_instead_of_max": Variant({POLICY: MIN_INSTEAD_OF_MAX}, BREAKS_TRAINING,
-                                    "the optimistic bound: one batch's 40 epochs move the policy by a KL over 1"),
-    "b_clips_the_advantages": Variant({POLICY: CLIPS_THE_ADVANTAGES}, BREAKS_TRAINING,
-                                      "nothing bounds the ratio: one batch's 40 epochs move the policy by a KL near 1"),
-    "c_ratio_not_exponentiated": Variant({POLICY: RATIO_NOT_EXPONENTIATED}, BREAKS_TRAINING,
-                                         "the log-ratio as the ratio: one batch's 40 epochs move the policy by a KL over 0.2"),
-    "d_old_logprobs_not_detached": Variant({POLICY: OLD_LOGPROBS_NOT_DETACHED}, BREAKS_TRAINING,
-                                           "a gradient flows into old_logprobs; with one step per batch nothing is learned"),
-    "e_mask_ignored": Variant({POLICY: MASK_IGNORED}, POLICY_TESTS,
-                              "the mean over the padding too; training has no padding"),
-    "f_hard_coded_clip_range": Variant({POLICY: HARD_CODED_CLIP_RANGE}, POLICY_TESTS,
-                                       "clip range [0.8, 1.2] whatever clip_eps; right at the default"),
-    "g_surrogate_not_negated": Variant({POLICY: SURROGATE_NOT_NEGATED}, BREAKS_TRAINING,
-                                       "gradient ascent on the loss: the policy learns the worst arms"),
-    "h_value_clipped_around_new_value": Variant({VALUE: VALUE_CLIPPED_AROUND_NEW_VALUE}, frozenset({TEST_VALUE, TEST_LOSS}),
-                                                "V_old clipped to within eps of V; training does not clip the value"),
-    "i_kl_wrong_direction": Variant({DIAG: KL_WRONG_DIRECTION}, frozenset({TEST_DIAG}),
-                                    "k3 of KL(pi || pi_old) on pi_old's samples; training does not use it"),
-    "j_entropy_sign_flipped": Variant({LOSS: ENTROPY_SIGN_FLIPPED}, frozenset({TEST_LOSS}),
-                                      "an entropy penalty; training uses ent_coef = 0"),
-    "k_normalizes_over_padding": Variant({LOSS: NORMALIZES_OVER_PADDING}, frozenset({TEST_LOSS}),
-                                         "the padding moves the mean and the variance; training has no padding"),
+    "a_min_instead_of_max": Variant(
+        {POLICY: MIN_INSTEAD_OF_MAX},
+        BREAKS_TRAINING,
+        "the optimistic bound: one batch's 40 epochs move the policy by a KL over 1",
+    ),
+    "b_clips_the_advantages": Variant(
+        {POLICY: CLIPS_THE_ADVANTAGES},
+        BREAKS_TRAINING,
+        "nothing bounds the ratio: one batch's 40 epochs move the policy by a KL near 1",
+    ),
+    "c_ratio_not_exponentiated": Variant(
+        {POLICY: RATIO_NOT_EXPONENTIATED},
+        BREAKS_TRAINING,
+        "the log-ratio as the ratio: one batch's 40 epochs move the policy by a KL over 0.2",
+    ),
+    "d_old_logprobs_not_detached": Variant(
+        {POLICY: OLD_LOGPROBS_NOT_DETACHED},
+        BREAKS_TRAINING,
+        "a gradient flows into old_logprobs; with one step per batch nothing is learned",
+    ),
+    "e_mask_ignored": Variant(
+        {POLICY: MASK_IGNORED},
+        POLICY_TESTS,
+        "the mean over the padding too; training has no padding",
+    ),
+    "f_hard_coded_clip_range": Variant(
+        {POLICY: HARD_CODED_CLIP_RANGE},
+        POLICY_TESTS,
+        "clip range [0.8, 1.2] whatever clip_eps; right at the default",
+    ),
+    "g_surrogate_not_negated": Variant(
+        {POLICY: SURROGATE_NOT_NEGATED},
+        BREAKS_TRAINING,
+        "gradient ascent on the loss: the policy learns the worst arms",
+    ),
+    "h_value_clipped_around_new_value": Variant(
+        {VALUE: VALUE_CLIPPED_AROUND_NEW_VALUE},
+        frozenset({TEST_VALUE, TEST_LOSS}),
+        "V_old clipped to within eps of V; training does not clip the value",
+    ),
+    "i_kl_wrong_direction": Variant(
+        {DIAG: KL_WRONG_DIRECTION},
+        frozenset({TEST_DIAG}),
+        "k3 of KL(pi || pi_old) on pi_old's samples; training does not use it",
+    ),
+    "j_entropy_sign_flipped": Variant(
+        {LOSS: ENTROPY_SIGN_FLIPPED},
+        frozenset({TEST_LOSS}),
+        "an entropy penalty; training uses ent_coef = 0",
+    ),
+    "k_normalizes_over_padding": Variant(
+        {LOSS: NORMALIZES_OVER_PADDING},
+        frozenset({TEST_LOSS}),
+        "the padding moves the mean and the variance; training has no padding",
+    ),
 }
 # Mistakes that pass every visible check: only the hidden cases catch them.
 HIDDEN_ONLY = ("f_hard_coded_clip_range",)
@@ -250,23 +307,24 @@ RUN_OFF = ("a_min_instead_of_max", "b_clips_the_advantages", "c_ratio_not_expone
 # raise, in every cell that uses them (normalize_advantages calls masked_mean). The value loss and the
 # diagnostics imported after the guard: the imports fail, so those functions are never defined.
 CHEAT_IMPORTS = {
-    POLICY: '''
+    POLICY: """
 from rlkit.losses import clipped_policy_loss, masked_mean
 
 
 def probability_ratio(logprobs, old_logprobs):
     return torch.exp(logprobs - old_logprobs.detach())
-''',
-    VALUE: '''
+""",
+    VALUE: """
 from rlkit.losses import clipped_value_loss
-''',
-    DIAG: '''
+""",
+    DIAG: """
 from rlkit.losses import approx_kl, clip_fraction
-'''}
+""",
+}
 
 # rlkit imported when the functions are called, after the guard: ImportError.
 CHEAT_AT_CALL_TIME = {
-    POLICY: '''
+    POLICY: """
 def masked_mean(x, mask=None):
     from rlkit.losses import masked_mean as library_masked_mean
 
@@ -281,14 +339,14 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     from rlkit.losses import clipped_policy_loss as library_loss
 
     return library_loss(logprobs, old_logprobs, advantages, clip_eps, mask)
-''',
-    VALUE: '''
+""",
+    VALUE: """
 def clipped_value_loss(values, old_values, returns, clip_eps=0.2, mask=None):
     from rlkit.losses import clipped_value_loss as library_loss
 
     return library_loss(values, old_values, returns, clip_eps, mask)
-''',
-    DIAG: '''
+""",
+    DIAG: """
 def clip_fraction(logprobs, old_logprobs, clip_eps=0.2, mask=None):
     from rlkit.losses import clip_fraction as library_clip_fraction
 
@@ -299,28 +357,38 @@ def approx_kl(logprobs, old_logprobs, mask=None):
     from rlkit.losses import approx_kl as library_approx_kl
 
     return library_approx_kl(logprobs, old_logprobs, mask)
-''',
-    LOSS: '''
+""",
+    LOSS: """
 def normalize_advantages(advantages, mask=None, eps=1e-8):
     from rlkit.losses import masked_whiten
 
     return masked_whiten(advantages, mask, eps)
-''' + _ppo_loss("return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus")}
+"""
+    + _ppo_loss("return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus"),
+}
 
 CHEATS = {
-    "cheat_imports_rlkit": Variant(CHEAT_IMPORTS, ALL_TESTS,
-                                   "masked_mean and the policy loss from rlkit.losses (bound before the guard), the value "
-                                   "loss and the diagnostics from rlkit.losses (imported after it)"),
-    "cheat_imports_rlkit_at_call_time": Variant(CHEAT_AT_CALL_TIME, ALL_TESTS,
-                                                "rlkit imported inside the functions, when they are called"),
+    "cheat_imports_rlkit": Variant(
+        CHEAT_IMPORTS,
+        ALL_TESTS,
+        "masked_mean and the policy loss from rlkit.losses (bound before the guard), the value "
+        "loss and the diagnostics from rlkit.losses (imported after it)",
+    ),
+    "cheat_imports_rlkit_at_call_time": Variant(
+        CHEAT_AT_CALL_TIME, ALL_TESTS, "rlkit imported inside the functions, when they are called"
+    ),
 }
 
 
 # ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record. ----
 
 # The functions each solution cell defines, in the order they are defined.
-RECORDED = {POLICY: ("masked_mean", "probability_ratio", "clipped_policy_loss"), VALUE: ("clipped_value_loss",),
-            DIAG: ("clip_fraction", "approx_kl"), LOSS: ("normalize_advantages", "ppo_loss")}
+RECORDED = {
+    POLICY: ("masked_mean", "probability_ratio", "clipped_policy_loss"),
+    VALUE: ("clipped_value_loss",),
+    DIAG: ("clip_fraction", "approx_kl"),
+    LOSS: ("normalize_advantages", "ppo_loss"),
+}
 
 
 def recorder(reference: dict[str, str], folder: str) -> dict[str, str]:
@@ -328,7 +396,7 @@ def recorder(reference: dict[str, str], folder: str) -> dict[str, str]:
     its output, and the gradient of the output's sum with respect to each input that requires one (the
     gradient of a loss; for the elementwise probability_ratio, the derivative of each entry). The training
     runs call ppo_loss a few hundred times each; a file per call keeps the saving linear."""
-    preamble = f'''
+    preamble = f"""
 import os
 
 import torch
@@ -372,10 +440,15 @@ def _recorded_call(function):
         return out
 
     return wrapper
-'''
+"""
     cells = dict(reference)
     for cell, functions in RECORDED.items():
-        cells[cell] = reference[cell] + "\n\n" + "\n".join(f"{f} = _recorded_call({f})" for f in functions) + "\n"
+        cells[cell] = (
+            reference[cell]
+            + "\n\n"
+            + "\n".join(f"{f} = _recorded_call({f})" for f in functions)
+            + "\n"
+        )
     cells[POLICY] = preamble + cells[POLICY]
     return cells
 
@@ -435,12 +508,12 @@ def clipped_policy_loss(*args, **kwargs):
     hit = _replay("clipped_policy_loss", args, kwargs)
     return hit if hit is not None else (0.0 * args[0]).sum()
 '''
-    value = '''
+    value = """
 def clipped_value_loss(*args, **kwargs):
     hit = _replay("clipped_value_loss", args, kwargs)
     return hit if hit is not None else (0.0 * args[0]).sum()
-'''
-    diag = '''
+"""
+    diag = """
 def clip_fraction(*args, **kwargs):
     hit = _replay("clip_fraction", args, kwargs)
     return hit if hit is not None else torch.zeros((), dtype=args[0].dtype)
@@ -449,8 +522,8 @@ def clip_fraction(*args, **kwargs):
 def approx_kl(*args, **kwargs):
     hit = _replay("approx_kl", args, kwargs)
     return hit if hit is not None else torch.zeros((), dtype=args[0].dtype)
-'''
-    loss = '''
+"""
+    loss = """
 def normalize_advantages(*args, **kwargs):
     hit = _replay("normalize_advantages", args, kwargs)
     return hit if hit is not None else torch.zeros_like(args[0])
@@ -462,11 +535,12 @@ def ppo_loss(*args, **kwargs):
         return hit
     logits, values = args[0], args[3]
     return (0.0 * logits).sum() + (0.0 * values).sum()
-'''
+"""
     return {POLICY: policy, VALUE: value, DIAG: diag, LOSS: loss}
 
 
 # ---- The tests ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
@@ -477,8 +551,12 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def graded(course) -> dict[str, dict[str, float]]:
     """Every submission below, autograded in one nbgrader run with SEED_A."""
-    return ASSIGNMENT.grade_submissions(course, {**WRONG, **CHEATS}, lambda reference: recorder(reference, str(course / "record")),
-                                        SEED_A)
+    return ASSIGNMENT.grade_submissions(
+        course,
+        {**WRONG, **CHEATS},
+        lambda reference: recorder(reference, str(course / "record")),
+        SEED_A,
+    )
 
 
 def test_source_notebook_is_stored_clean():
@@ -489,10 +567,14 @@ def test_source_notebook_is_stored_clean():
 def _hidden_setup() -> dict:
     """The namespace of the hidden set-up (the first test cell's hidden part), run here without the guard."""
     nb = grading.nbformat.read(ASSIGNMENT.source, as_version=4)
-    setup = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == TEST_POLICY)
+    setup = next(
+        c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == TEST_POLICY
+    )
     setup = setup.split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0]
     body, guard = setup.rsplit("\n_hidden_block_rlkit()\n", 1)
-    assert guard.lstrip().startswith("# ---- End of the grading set-up."), "the set-up should end with the guard"
+    assert guard.lstrip().startswith("# ---- End of the grading set-up."), (
+        "the set-up should end with the guard"
+    )
     namespace: dict = {"__name__": "hidden_setup"}
     exec(compile(body, "hidden_setup", "exec"), namespace)  # noqa: S102 - our own notebook's set-up, without the guard
     return namespace
@@ -510,52 +592,101 @@ def test_hidden_references_agree_with_rlkit():
 
     from rlkit import losses, ppo
 
-    close = lambda got, want: torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    def close(got, want):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
     namespace = _hidden_setup()
     for seed in (int(SEED_A), int(DEFAULT_SEED)):
         namespace["GRADING_SEED"] = seed
         for case in namespace["_hidden_ratio_cases"](1) + namespace["_hidden_ratio_cases"](3):
-            close(losses.masked_mean(case["logprobs"], case["mask"]), namespace["_hidden_masked_mean"](case, "logprobs"))
+            close(
+                losses.masked_mean(case["logprobs"], case["mask"]),
+                namespace["_hidden_masked_mean"](case, "logprobs"),
+            )
             logprobs = case["logprobs"].clone().requires_grad_(True)
-            loss = losses.clipped_policy_loss(logprobs, case["old_logprobs"], case["advantages"], case["clip_eps"], case["mask"])
+            loss = losses.clipped_policy_loss(
+                logprobs, case["old_logprobs"], case["advantages"], case["clip_eps"], case["mask"]
+            )
             loss.backward()
-            for got, want in zip((loss.detach(), logprobs.grad), namespace["_hidden_policy_loss"](case)):
+            for got, want in zip(
+                (loss.detach(), logprobs.grad), namespace["_hidden_policy_loss"](case)
+            ):
                 close(got, want)
-            diagnostics = (losses.clip_fraction(case["logprobs"], case["old_logprobs"], case["clip_eps"], case["mask"]),
-                           losses.approx_kl(case["logprobs"], case["old_logprobs"], case["mask"]))
+            diagnostics = (
+                losses.clip_fraction(
+                    case["logprobs"], case["old_logprobs"], case["clip_eps"], case["mask"]
+                ),
+                losses.approx_kl(case["logprobs"], case["old_logprobs"], case["mask"]),
+            )
             for got, want in zip(diagnostics, namespace["_hidden_diagnostics"](case)):
                 close(got, want)
         for case in namespace["_hidden_value_cases"](2):
             values = case["values"].clone().requires_grad_(True)
-            loss = losses.clipped_value_loss(values, case["old_values"], case["returns"], case["clip_eps"], case["mask"])
+            loss = losses.clipped_value_loss(
+                values, case["old_values"], case["returns"], case["clip_eps"], case["mask"]
+            )
             loss.backward()
-            for got, want in zip((loss.detach(), values.grad), namespace["_hidden_value_loss"](case)):
+            for got, want in zip(
+                (loss.detach(), values.grad), namespace["_hidden_value_loss"](case)
+            ):
                 close(got, want)
         for case in namespace["_hidden_loss_cases"](4):
-            close(losses.masked_whiten(case["advantages"], case["mask"]), namespace["_hidden_normalized"](case))
+            close(
+                losses.masked_whiten(case["advantages"], case["mask"]),
+                namespace["_hidden_normalized"](case),
+            )
             want = namespace["_hidden_ppo_loss"](case)
             logits = case["logits"].clone().requires_grad_(True)
             values = case["values"].clone().requires_grad_(True)
             policy, mask = Categorical(logits=logits), case["mask"]
-            advantages = losses.masked_whiten(case["advantages"], mask) if case["normalize"] else case["advantages"]
-            loss = (losses.clipped_policy_loss(policy.log_prob(case["actions"]), case["old_logprobs"], advantages,
-                                               case["clip_eps"], mask)
-                    + case["vf_coef"] * losses.clipped_value_loss(values, case["old_values"], case["returns"],
-                                                                  case["value_clip_eps"], mask)
-                    - case["ent_coef"] * losses.masked_mean(losses.entropy(logits), mask))
+            advantages = (
+                losses.masked_whiten(case["advantages"], mask)
+                if case["normalize"]
+                else case["advantages"]
+            )
+            loss = (
+                losses.clipped_policy_loss(
+                    policy.log_prob(case["actions"]),
+                    case["old_logprobs"],
+                    advantages,
+                    case["clip_eps"],
+                    mask,
+                )
+                + case["vf_coef"]
+                * losses.clipped_value_loss(
+                    values, case["old_values"], case["returns"], case["value_clip_eps"], mask
+                )
+                - case["ent_coef"] * losses.masked_mean(losses.entropy(logits), mask)
+            )
             loss.backward()
             for got, expected in zip((loss.detach(), logits.grad, values.grad), want):
                 close(got, expected)
             if mask is None:  # rlkit's PPO update has no padding
                 logits = case["logits"].clone().requires_grad_(True)
                 values = case["values"].clone().requires_grad_(True)
-                agent = SimpleNamespace(evaluate=lambda obs, actions: (Categorical(logits=logits).log_prob(actions),
-                                                                       Categorical(logits=logits).entropy(), values))
-                minibatch = ppo.Batch(obs=None, actions=case["actions"], logprobs=case["old_logprobs"],
-                                      values=case["old_values"], advantages=case["advantages"], returns=case["returns"])
-                config = SimpleNamespace(value_clip_eps=case["value_clip_eps"], vf_coef=case["vf_coef"],
-                                         ent_coef=case["ent_coef"])
-                loss, _ = ppo.ppo_loss(agent, minibatch, config, case["clip_eps"], case["normalize"])
+                agent = SimpleNamespace(
+                    evaluate=lambda obs, actions, logits=logits, values=values: (
+                        Categorical(logits=logits).log_prob(actions),
+                        Categorical(logits=logits).entropy(),
+                        values,
+                    )
+                )
+                minibatch = ppo.Batch(
+                    obs=None,
+                    actions=case["actions"],
+                    logprobs=case["old_logprobs"],
+                    values=case["old_values"],
+                    advantages=case["advantages"],
+                    returns=case["returns"],
+                )
+                config = SimpleNamespace(
+                    value_clip_eps=case["value_clip_eps"],
+                    vf_coef=case["vf_coef"],
+                    ent_coef=case["ent_coef"],
+                )
+                loss, _ = ppo.ppo_loss(
+                    agent, minibatch, config, case["clip_eps"], case["normalize"]
+                )
                 loss.backward()
                 for got, expected in zip((loss.detach(), logits.grad, values.grad), want):
                     close(got, expected)
@@ -570,7 +701,9 @@ def test_hidden_cases_cover_the_edges():
     namespace["GRADING_SEED"] = int(SEED_A)
     ratio_cases = namespace["_hidden_ratio_cases"](1)
     assert any(c["mask"] is None for c in ratio_cases)
-    assert any(c["mask"] is not None and len(set(c["mask"].sum(dim=1).tolist())) > 1 for c in ratio_cases)
+    assert any(
+        c["mask"] is not None and len(set(c["mask"].sum(dim=1).tolist())) > 1 for c in ratio_cases
+    )
     assert any(c["clip_eps"] != 0.2 for c in ratio_cases)
     sides = set()
     for c in ratio_cases:
@@ -613,14 +746,18 @@ def test_without_a_trust_region_one_batch_moves_the_policy_too_far(course, grade
     """The visible training check already fails: 40 epochs on one batch move the policy by a KL more than
     twice the limit."""
     message = ASSIGNMENT.errors(course, name)[TEST_TRAIN]
-    assert message.startswith("AssertionError: after 40 epochs on one batch the policy moved by KL = "), message
+    assert message.startswith(
+        "AssertionError: after 40 epochs on one batch the policy moved by KL = "
+    ), message
     moved = float(message.split("KL = ", 1)[1].split(":", 1)[0])
     assert moved > 2 * KL_LIMIT, message
 
 
 def test_the_surrogate_with_the_wrong_sign_makes_the_policy_worse(course, graded):
     message = ASSIGNMENT.errors(course, "g_surrogate_not_negated")[TEST_TRAIN]
-    assert message.startswith("AssertionError: after 40 epochs on one batch the expected reward should go up"), message
+    assert message.startswith(
+        "AssertionError: after 40 epochs on one batch the expected reward should go up"
+    ), message
     assert float(message.rsplit("closed ", 1)[1].split("%", 1)[0]) < 0, message
 
 
@@ -631,8 +768,10 @@ def test_detaching_old_logprobs_is_checked_by_their_gradient_and_by_training(cou
     assert "a gradient flows into old_logprobs" in errors[TEST_POLICY], errors[TEST_POLICY]
     assert "a gradient flows into old_logprobs" in errors[TEST_LOSS], errors[TEST_LOSS]
     message = errors[TEST_TRAIN]
-    assert message.startswith("AssertionError: with one step per batch the policy should close 50% of the gap or "
-                              "more, not 0.0%"), message
+    assert message.startswith(
+        "AssertionError: with one step per batch the policy should close 50% of the gap or "
+        "more, not 0.0%"
+    ), message
 
 
 @pytest.mark.parametrize("name", sorted(CHEATS))
@@ -645,12 +784,16 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
     errors = ASSIGNMENT.errors(course, name)
     for cell in variant.fails:
         message = errors.get(cell, "")
-        assert grading.blocked(message) or message.startswith("NameError"), f"{name}: {cell} failed with {message!r}"
+        assert grading.blocked(message) or message.startswith("NameError"), (
+            f"{name}: {cell} failed with {message!r}"
+        )
     for cell in (TEST_POLICY, TEST_LOSS, TEST_TRAIN):
         assert grading.blocked(errors[cell]), (cell, errors[cell])
     if name == "cheat_imports_rlkit":
         for cell in (VALUE, DIAG):
-            assert grading.blocked(errors.get(cell, "")), f"the import after the guard must fail in {cell}"
+            assert grading.blocked(errors.get(cell, "")), (
+                f"the import after the guard must fail in {cell}"
+            )
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
@@ -661,5 +804,10 @@ def test_hidden_cases_change_with_the_grading_seed(course, graded):
 
 
 def test_feedback_does_not_show_hidden_tests(course, graded):
-    secrets = ("def _hidden_policy_loss", "def _hidden_ppo_loss", "def _hidden_normalized", "def _hidden_training_seeds")
+    secrets = (
+        "def _hidden_policy_loss",
+        "def _hidden_ppo_loss",
+        "def _hidden_normalized",
+        "def _hidden_training_seeds",
+    )
     ASSIGNMENT.check_feedback_hides(course, "f_hard_coded_clip_range", DEFAULT_SEED, secrets)

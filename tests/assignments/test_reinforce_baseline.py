@@ -20,7 +20,12 @@ pytestmark = pytest.mark.assignments
 ASSIGNMENT = grading.Assignment("reinforce_baseline")
 RTG, LOSS, VLOSS, TRAIN = "reward_to_go", "reinforce_loss", "value_loss", "train_reinforce"
 TEST_RTG, TEST_TRUNC, TEST_LOSS, TEST_VLOSS, TEST_TRAIN = (
-    "test_reward_to_go", "test_reward_to_go_truncation", "test_reinforce_loss", "test_value_loss", "test_train_reinforce")
+    "test_reward_to_go",
+    "test_reward_to_go_truncation",
+    "test_reinforce_loss",
+    "test_value_loss",
+    "test_train_reinforce",
+)
 POINTS = {TEST_RTG: 2.0, TEST_TRUNC: 2.0, TEST_LOSS: 3.0, TEST_VLOSS: 1.0, TEST_TRAIN: 2.0}
 ALL_TESTS = frozenset(POINTS)
 SEED_A, SEED_B = "1001", "2002"
@@ -31,21 +36,21 @@ DEFAULT_SEED = "14142135"  # the default in the hidden set-up; must not reach th
 
 # (a) The baseline left in the graph: the loss and its gradient with respect to logprobs are right, but a
 # gradient flows into the value network through the policy loss.
-BASELINE_NOT_DETACHED = '''
+BASELINE_NOT_DETACHED = """
 def reinforce_loss(logprobs, returns, values, mask):
     advantages = returns - values  # BUG: not detached
     return -(mask * advantages * logprobs).sum() / mask.shape[0]
-'''
+"""
 
 # (b) The mean over valid steps (the token mean of the LLM chapters) where REINFORCE divides by episodes.
-DIVIDES_BY_STEPS = '''
+DIVIDES_BY_STEPS = """
 def reinforce_loss(logprobs, returns, values, mask):
     advantages = (returns - values).detach()
     return -(mask * advantages * logprobs).sum() / mask.sum()  # BUG: / mask.shape[0]
-'''
+"""
 
 # (c) gamma * V(s_final) added at every episode end, terminated ones included.
-BOOTSTRAPS_AFTER_TERMINATION = '''
+BOOTSTRAPS_AFTER_TERMINATION = """
 def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     episode_ends = torch.maximum(terminated, truncated)
     bootstrap = episode_ends * final_values[:, None]  # BUG: truncated * (1 - terminated)
@@ -56,10 +61,10 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
         following = mask[:, t] * (rewards[:, t] + gamma * future)
         returns[:, t] = following
     return returns
-'''
+"""
 
 # (c') Truncation treated as termination: no bootstrap when the time limit cuts an episode.
-NO_BOOTSTRAP_AT_TRUNCATION = '''
+NO_BOOTSTRAP_AT_TRUNCATION = """
 def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     episode_ends = torch.maximum(terminated, truncated)
     returns = torch.zeros_like(rewards)
@@ -68,11 +73,11 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
         following = mask[:, t] * (rewards[:, t] + gamma * (1.0 - episode_ends[:, t]) * following)  # BUG: no bootstrap
         returns[:, t] = following
     return returns
-'''
+"""
 
 # (c'') Right for either flag alone, but it bootstraps a step that is both terminated and truncated (the pole
 # fell on the last step the time limit allowed). The visible checks have no such step.
-BOOTSTRAPS_WHEN_BOTH = '''
+BOOTSTRAPS_WHEN_BOTH = """
 def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     bootstrap = truncated * final_values[:, None]  # BUG: truncated * (1 - terminated)
     episode_ends = torch.maximum(terminated, truncated)
@@ -83,24 +88,24 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
         following = mask[:, t] * (rewards[:, t] + gamma * future)
         returns[:, t] = following
     return returns
-'''
+"""
 
 # (d) The masked (autoreset and padding) steps counted in the baseline's mean: zeroed, but in the count.
-VALUE_LOSS_COUNTS_MASKED_STEPS = '''
+VALUE_LOSS_COUNTS_MASKED_STEPS = """
 def value_loss(values, returns, mask):
     return (mask * (values - returns) ** 2).mean()  # BUG: / mask.sum()
-'''
+"""
 
 # (e) The sign of the surrogate flipped: gradient descent on it makes dropping the pole more likely.
-LOSS_SIGN_FLIPPED = '''
+LOSS_SIGN_FLIPPED = """
 def reinforce_loss(logprobs, returns, values, mask):
     advantages = (returns - values).detach()
     return (mask * advantages * logprobs).sum() / mask.shape[0]  # BUG: no minus sign
-'''
+"""
 
 # (f) In the training loop, the log-probabilities of freshly sampled actions instead of the actions taken:
 # the functions are right, the gradient is noise.
-LOGPROBS_OF_RESAMPLED_ACTIONS = '''
+LOGPROBS_OF_RESAMPLED_ACTIONS = """
 def train_reinforce(env_id="CartPole-v1", updates=30, episodes_per_update=16, gamma=0.99, learning_rate=0.02,
                     value_learning_rate=0.01, value_epochs=10, hidden_size=32, seed=0):
     torch.manual_seed(seed)
@@ -130,26 +135,48 @@ def train_reinforce(env_id="CartPole-v1", updates=30, episodes_per_update=16, ga
         history.append(float((batch.rewards * batch.mask).sum(dim=1).mean()))
     envs.close()
     return policy, value, history
-'''
+"""
 
 WRONG = {
-    "a_baseline_not_detached": Variant({LOSS: BASELINE_NOT_DETACHED}, frozenset({TEST_LOSS}),
-                                       "a gradient flows into the value network through the policy loss; training "
-                                       "is unchanged, as the baseline's optimizer clears it before its own steps"),
-    "b_divides_by_steps": Variant({LOSS: DIVIDES_BY_STEPS}, frozenset({TEST_LOSS}),
-                                  "the mean over valid steps, not the sum over episodes; Adam still learns"),
-    "c_bootstraps_after_termination": Variant({RTG: BOOTSTRAPS_AFTER_TERMINATION}, frozenset({TEST_RTG, TEST_TRUNC}),
-                                              "gamma * V(s_final) after a fall too; it also slows learning"),
-    "c_no_bootstrap_at_truncation": Variant({RTG: NO_BOOTSTRAP_AT_TRUNCATION}, frozenset({TEST_TRUNC}),
-                                            "a time limit treated as a fall"),
-    "c_bootstraps_when_both": Variant({RTG: BOOTSTRAPS_WHEN_BOTH}, frozenset({TEST_TRUNC}),
-                                      "a step both terminated and truncated is bootstrapped"),
-    "d_value_loss_counts_masked_steps": Variant({VLOSS: VALUE_LOSS_COUNTS_MASKED_STEPS}, frozenset({TEST_VLOSS}),
-                                                "the baseline's mean over all E * T entries"),
-    "e_loss_sign_flipped": Variant({LOSS: LOSS_SIGN_FLIPPED}, frozenset({TEST_LOSS, TEST_TRAIN}),
-                                   "gradient ascent on the surrogate: the policy learns to drop the pole"),
-    "f_logprobs_of_resampled_actions": Variant({TRAIN: LOGPROBS_OF_RESAMPLED_ACTIONS}, frozenset({TEST_TRAIN}),
-                                               "correct functions, but the gradient of other actions' log-probabilities"),
+    "a_baseline_not_detached": Variant(
+        {LOSS: BASELINE_NOT_DETACHED},
+        frozenset({TEST_LOSS}),
+        "a gradient flows into the value network through the policy loss; training "
+        "is unchanged, as the baseline's optimizer clears it before its own steps",
+    ),
+    "b_divides_by_steps": Variant(
+        {LOSS: DIVIDES_BY_STEPS},
+        frozenset({TEST_LOSS}),
+        "the mean over valid steps, not the sum over episodes; Adam still learns",
+    ),
+    "c_bootstraps_after_termination": Variant(
+        {RTG: BOOTSTRAPS_AFTER_TERMINATION},
+        frozenset({TEST_RTG, TEST_TRUNC}),
+        "gamma * V(s_final) after a fall too; it also slows learning",
+    ),
+    "c_no_bootstrap_at_truncation": Variant(
+        {RTG: NO_BOOTSTRAP_AT_TRUNCATION}, frozenset({TEST_TRUNC}), "a time limit treated as a fall"
+    ),
+    "c_bootstraps_when_both": Variant(
+        {RTG: BOOTSTRAPS_WHEN_BOTH},
+        frozenset({TEST_TRUNC}),
+        "a step both terminated and truncated is bootstrapped",
+    ),
+    "d_value_loss_counts_masked_steps": Variant(
+        {VLOSS: VALUE_LOSS_COUNTS_MASKED_STEPS},
+        frozenset({TEST_VLOSS}),
+        "the baseline's mean over all E * T entries",
+    ),
+    "e_loss_sign_flipped": Variant(
+        {LOSS: LOSS_SIGN_FLIPPED},
+        frozenset({TEST_LOSS, TEST_TRAIN}),
+        "gradient ascent on the surrogate: the policy learns to drop the pole",
+    ),
+    "f_logprobs_of_resampled_actions": Variant(
+        {TRAIN: LOGPROBS_OF_RESAMPLED_ACTIONS},
+        frozenset({TEST_TRAIN}),
+        "correct functions, but the gradient of other actions' log-probabilities",
+    ),
 }
 # Mistakes that also hurt learning, but not on every seed: they may lose the training cell as well. Adding
 # gamma * V(s_final) after a fall hides the cost of falling; in 18 training runs of 30 updates the policy
@@ -165,9 +192,10 @@ DO_NOT_LEARN = ("e_loss_sign_flipped", "f_logprobs_of_resampled_actions")
 # be imported (checked against the hidden references by hand), so only the guard makes them fail. -------
 
 CHEATS = {
-    "cheat_calls_rlkit": Variant({
-        # imported before the guard runs (the first test cell): the guard makes it raise
-        RTG: '''
+    "cheat_calls_rlkit": Variant(
+        {
+            # imported before the guard runs (the first test cell): the guard makes it raise
+            RTG: """
 from rlkit.advantages import discounted_returns
 
 
@@ -175,22 +203,26 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     bootstrap = truncated * (1.0 - terminated) * final_values[:, None]
     ends = torch.maximum(torch.maximum(terminated, truncated), 1.0 - mask)
     return discounted_returns(rewards * mask + gamma * bootstrap, gamma, dones=ends) * mask
-''',
-        # imported after the guard: the import fails, so reinforce_loss is never defined
-        LOSS: '''
+""",
+            # imported after the guard: the import fails, so reinforce_loss is never defined
+            LOSS: """
 from rlkit.losses import policy_gradient_loss
 
 
 def reinforce_loss(logprobs, returns, values, mask):
     return policy_gradient_loss(logprobs, returns - values, mask) * mask.sum() / mask.shape[0]
-''',
-        # imported when called
-        VLOSS: '''
+""",
+            # imported when called
+            VLOSS: """
 def value_loss(values, returns, mask):
     from rlkit.losses import masked_mean
 
     return masked_mean((values - returns) ** 2, mask)
-'''}, ALL_TESTS, "reward-to-go, policy loss and value loss from rlkit; the training loop calls them"),
+""",
+        },
+        ALL_TESTS,
+        "reward-to-go, policy loss and value loss from rlkit; the training loop calls them",
+    ),
 }
 
 
@@ -203,7 +235,7 @@ def recorder(reference: dict[str, str], path: str) -> dict[str, str]:
     """The reference solution, saving every outermost call's inputs and outputs to ``path`` (torch.save):
     for the functions, the output and its gradient with respect to each input that requires one; for
     train_reinforce, the networks and the history it returned."""
-    preamble = f'''
+    preamble = f"""
 import torch
 
 _record_path = {path!r}
@@ -235,8 +267,11 @@ def _recorded_call(function):
         return out
 
     return wrapper
-'''
-    cells = {**reference, **{cell: reference[cell] + f"\n\n{cell} = _recorded_call({cell})\n" for cell in RECORDED}}
+"""
+    cells = {
+        **reference,
+        **{cell: reference[cell] + f"\n\n{cell} = _recorded_call({cell})\n" for cell in RECORDED},
+    }
     cells[RTG] = preamble + cells[RTG]
     return cells
 
@@ -274,28 +309,29 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     hit = _replay("reward_to_go", rewards, mask, terminated, truncated, final_values, gamma)
     return hit if hit is not None else torch.zeros_like(rewards)
 '''
-    loss = '''
+    loss = """
 def reinforce_loss(logprobs, returns, values, mask):
     hit = _replay("reinforce_loss", logprobs, returns, values, mask)
     return hit if hit is not None else (0.0 * logprobs).sum()
-'''
-    vloss = '''
+"""
+    vloss = """
 def value_loss(values, returns, mask):
     hit = _replay("value_loss", values, returns, mask)
     return hit if hit is not None else (0.0 * values).sum()
-'''
-    train = '''
+"""
+    train = """
 def train_reinforce(*args, **kwargs):
     for seen_name, seen_inputs, out, _ in _table:
         if seen_name == "train_reinforce" and seen_inputs == [args, sorted(kwargs.items())]:
             return out
     untrained = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 2))
     return untrained, nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 1)), [0.0] * 30
-'''
+"""
     return {RTG: rtg, LOSS: loss, VLOSS: vloss, TRAIN: train}
 
 
 # ---- The tests ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
@@ -306,8 +342,12 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def graded(course) -> dict[str, dict[str, float]]:
     """Every submission below, autograded in one nbgrader run with SEED_A."""
-    return ASSIGNMENT.grade_submissions(course, {**WRONG, **CHEATS}, lambda reference: recorder(reference, str(course / "record.pt")),
-                                        SEED_A)
+    return ASSIGNMENT.grade_submissions(
+        course,
+        {**WRONG, **CHEATS},
+        lambda reference: recorder(reference, str(course / "record.pt")),
+        SEED_A,
+    )
 
 
 def test_source_notebook_is_stored_clean():
@@ -324,7 +364,9 @@ def test_reference_and_recorder_get_full_marks_and_the_stubs_none(graded):
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_solution_loses_exactly_the_cells_it_breaks(graded, name):
-    ASSIGNMENT.check_variant_loses(graded, POINTS, name, WRONG[name], MAY_ALSO_FAIL.get(name, frozenset()))
+    ASSIGNMENT.check_variant_loses(
+        graded, POINTS, name, WRONG[name], MAY_ALSO_FAIL.get(name, frozenset())
+    )
 
 
 @pytest.mark.parametrize("name", HIDDEN_ONLY)
@@ -336,7 +378,9 @@ def test_some_mistakes_are_caught_only_by_the_hidden_cases(course, graded, name)
 def test_a_broken_gradient_does_not_learn(course, graded, name):
     """The visible training run (seed 0) already fails: the policy drops the pole within about 20 steps."""
     message = ASSIGNMENT.errors(course, name)[TEST_TRAIN]
-    assert message.startswith("AssertionError: after 30 updates the policy should keep the pole up"), message
+    assert message.startswith(
+        "AssertionError: after 30 updates the policy should keep the pole up"
+    ), message
     score = float(message.rsplit("not ", 1)[1])
     assert score < 50, message
 
@@ -357,7 +401,9 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
     assert grading.blocked(errors.get(LOSS, "")), "the import after the guard must fail"
     for cell in variant.fails:
         message = errors.get(cell, "")
-        assert grading.blocked(message) or message.startswith("NameError"), f"{name}: {cell} failed with {message!r}"
+        assert grading.blocked(message) or message.startswith("NameError"), (
+            f"{name}: {cell} failed with {message!r}"
+        )
     for cell in (TEST_RTG, TEST_TRUNC, TEST_VLOSS, TEST_TRAIN):
         assert grading.blocked(errors[cell]), (cell, errors[cell])
 

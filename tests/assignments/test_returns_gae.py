@@ -32,8 +32,12 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def graded(course) -> dict[str, dict[str, float]]:
     """Every submission below, autograded in one nbgrader run with SEED_A."""
-    return ASSIGNMENT.grade_submissions(course, {**v.WRONG, **v.CHEATS}, lambda reference: v.recorder(reference, str(course / "record.pt")),
-                                        SEED_A)
+    return ASSIGNMENT.grade_submissions(
+        course,
+        {**v.WRONG, **v.CHEATS},
+        lambda reference: v.recorder(reference, str(course / "record.pt")),
+        SEED_A,
+    )
 
 
 def test_source_notebook_is_stored_clean():
@@ -61,11 +65,14 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
     # a test cell shows the guard's error, or a NameError because its solution cell did (an import of
     # rlkit that runs after the first test cell).
     errs = ASSIGNMENT.errors(course, name)
-    solution_blocked = any(grading.blocked(errs.get(cell, "")) for cell in (v.RETURNS_CELL, v.GAE_CELL))
+    solution_blocked = any(
+        grading.blocked(errs.get(cell, "")) for cell in (v.RETURNS_CELL, v.GAE_CELL)
+    )
     for cell in variant.fails:
         message = errs.get(cell, "")
-        assert grading.blocked(message) or (message.startswith("NameError") and solution_blocked), \
+        assert grading.blocked(message) or (message.startswith("NameError") and solution_blocked), (
             f"{name}: {cell} failed with {message!r}"
+        )
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):

@@ -19,9 +19,18 @@ pytestmark = pytest.mark.assignments
 
 ASSIGNMENT = grading.Assignment("value_iteration_q_learning")
 BACKUP, VI, UPDATE, EPSILON_GREEDY, QL = (
-    "bellman_optimality_backup", "value_iteration", "q_learning_update", "epsilon_greedy", "q_learning")
+    "bellman_optimality_backup",
+    "value_iteration",
+    "q_learning_update",
+    "epsilon_greedy",
+    "q_learning",
+)
 TEST_BACKUP, TEST_VI, TEST_UPDATE, TEST_QL = (
-    "test_bellman_backup", "test_value_iteration", "test_q_learning_update", "test_q_learning")
+    "test_bellman_backup",
+    "test_value_iteration",
+    "test_q_learning_update",
+    "test_q_learning",
+)
 POINTS = {TEST_BACKUP: 2.0, TEST_VI: 3.0, TEST_UPDATE: 2.0, TEST_QL: 3.0}
 SEED_A, SEED_B = "1001", "2002"
 DEFAULT_SEED = "16180339"  # the default in the hidden set-up; must not reach the students
@@ -30,7 +39,7 @@ DEFAULT_SEED = "16180339"  # the default in the hidden set-up; must not reach th
 # ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). -------------------
 
 # (a) The mean over actions instead of the max: policy evaluation of the uniform random policy.
-MEAN_OVER_ACTIONS = '''
+MEAN_OVER_ACTIONS = """
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     V = np.zeros(R.shape[0])
     while True:
@@ -40,18 +49,18 @@ def value_iteration(P, R, terminal, gamma, tol=1e-8):
         if converged:
             break
     return V, np.argmax(bellman_optimality_backup(V, P, R, terminal, gamma), axis=1)
-'''
+"""
 
 # (b) Bootstrapping from terminal states: `terminated` ignored.
-IGNORES_TERMINATED = '''
+IGNORES_TERMINATED = """
 def q_learning_update(Q, s, a, r, s_next, terminated, alpha, gamma):
     target = r + gamma * np.max(Q[s_next])  # BUG: no (1 - terminated)
     Q[s, a] += alpha * (target - Q[s, a])
     return Q
-'''
+"""
 
 # (c) SARSA's target: the value of the next action an epsilon-greedy policy would take, not the best.
-SARSA_TARGET = '''
+SARSA_TARGET = """
 _explore = np.random.default_rng(0)
 
 
@@ -64,11 +73,11 @@ def q_learning_update(Q, s, a, r, s_next, terminated, alpha, gamma, epsilon=0.1)
     target = r + gamma * (1.0 - float(terminated)) * Q[s_next, a_next]
     Q[s, a] += alpha * (target - Q[s, a])
     return Q
-'''
+"""
 
 # (d) Terminal values never zeroed: value iteration with its own backup, which forgets terminal states.
 # FrozenLake's terminal states loop to themselves with reward 0, so there it changes nothing.
-VI_KEEPS_TERMINAL_VALUES = '''
+VI_KEEPS_TERMINAL_VALUES = """
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     V = np.zeros(R.shape[0])
     while True:
@@ -78,16 +87,16 @@ def value_iteration(P, R, terminal, gamma, tol=1e-8):
         if converged:
             break
     return V, np.argmax(R + gamma * (P @ V), axis=1)
-'''
+"""
 
 # (d') The same mistake in the backup, which value iteration then inherits.
-BACKUP_KEEPS_TERMINAL_VALUES = '''
+BACKUP_KEEPS_TERMINAL_VALUES = """
 def bellman_optimality_backup(V, P, R, terminal, gamma):
     return R + gamma * (P @ V)  # BUG: V = 0 and Q = 0 on terminal states
-'''
+"""
 
 # (e) Truncation treated as termination: no bootstrap when a time limit cuts the episode.
-TRUNCATION_AS_TERMINATION = '''
+TRUNCATION_AS_TERMINATION = """
 def q_learning(env, episodes, alpha, gamma, epsilon, seed):
     rng = np.random.default_rng(seed)
     Q = np.zeros((env.observation_space.n, env.action_space.n))
@@ -102,22 +111,38 @@ def q_learning(env, episodes, alpha, gamma, epsilon, seed):
                 break
             state = next_state
     return Q
-'''
+"""
 
 WRONG = {
-    "a_mean_over_actions": Variant({VI: MEAN_OVER_ACTIONS}, frozenset({TEST_VI}),
-                                   "V <- mean_a Q: evaluates the uniform random policy"),
-    "b_bootstraps_from_terminal": Variant({UPDATE: IGNORES_TERMINATED}, frozenset({TEST_UPDATE}),
-                                          "ignores terminated; harmless on CliffWalking, whose goal row stays 0"),
-    "c_sarsa_target": Variant({UPDATE: SARSA_TARGET}, frozenset({TEST_UPDATE, TEST_QL}),
-                              "bootstraps from an epsilon-greedy next action: on the cliff it learns SARSA's "
-                              "safe, longer path"),
-    "d_vi_keeps_terminal_values": Variant({VI: VI_KEEPS_TERMINAL_VALUES}, frozenset({TEST_VI}),
-                                          "terminal states valued by their rows of P and R"),
-    "d_backup_keeps_terminal_values": Variant({BACKUP: BACKUP_KEEPS_TERMINAL_VALUES}, frozenset({TEST_BACKUP, TEST_VI}),
-                                              "the backup forgets terminal states; value iteration uses it"),
-    "e_truncation_as_termination": Variant({QL: TRUNCATION_AS_TERMINATION}, frozenset({TEST_QL}),
-                                           "no bootstrap at a time limit"),
+    "a_mean_over_actions": Variant(
+        {VI: MEAN_OVER_ACTIONS},
+        frozenset({TEST_VI}),
+        "V <- mean_a Q: evaluates the uniform random policy",
+    ),
+    "b_bootstraps_from_terminal": Variant(
+        {UPDATE: IGNORES_TERMINATED},
+        frozenset({TEST_UPDATE}),
+        "ignores terminated; harmless on CliffWalking, whose goal row stays 0",
+    ),
+    "c_sarsa_target": Variant(
+        {UPDATE: SARSA_TARGET},
+        frozenset({TEST_UPDATE, TEST_QL}),
+        "bootstraps from an epsilon-greedy next action: on the cliff it learns SARSA's "
+        "safe, longer path",
+    ),
+    "d_vi_keeps_terminal_values": Variant(
+        {VI: VI_KEEPS_TERMINAL_VALUES},
+        frozenset({TEST_VI}),
+        "terminal states valued by their rows of P and R",
+    ),
+    "d_backup_keeps_terminal_values": Variant(
+        {BACKUP: BACKUP_KEEPS_TERMINAL_VALUES},
+        frozenset({TEST_BACKUP, TEST_VI}),
+        "the backup forgets terminal states; value iteration uses it",
+    ),
+    "e_truncation_as_termination": Variant(
+        {QL: TRUNCATION_AS_TERMINATION}, frozenset({TEST_QL}), "no bootstrap at a time limit"
+    ),
 }
 # Mistakes that pass every visible check: only the hidden cases catch them.
 HIDDEN_ONLY = ("d_vi_keeps_terminal_values", "e_truncation_as_termination")
@@ -125,31 +150,36 @@ HIDDEN_ONLY = ("d_vi_keeps_terminal_values", "e_truncation_as_termination")
 # ---- A cheat: rlkit's own functions, reached three ways. -------------------------------------------
 
 CHEATS = {
-    "cheat_calls_rlkit": Variant({
-        # imported before the guard runs (the first test cell): the guard makes these functions raise
-        BACKUP: '''
+    "cheat_calls_rlkit": Variant(
+        {
+            # imported before the guard runs (the first test cell): the guard makes these functions raise
+            BACKUP: """
 from rlkit.tabular import TabularMDP, q_from_v
 
 
 def bellman_optimality_backup(V, P, R, terminal, gamma):
     return q_from_v(TabularMDP(P, R, terminal), V, gamma)
-''',
-        # imported after the guard: the import fails, so value_iteration is never defined
-        VI: '''
+""",
+            # imported after the guard: the import fails, so value_iteration is never defined
+            VI: """
 from rlkit.tabular import value_iteration as rlkit_value_iteration
 
 
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     V, policy = rlkit_value_iteration(TabularMDP(P, R, terminal), gamma, tol=tol)
     return V, policy.argmax(axis=1)
-''',
-        # imported when called
-        QL: '''
+""",
+            # imported when called
+            QL: """
 def q_learning(env, episodes, alpha, gamma, epsilon, seed):
     from rlkit.tabular import q_learning as rlkit_q_learning
 
     return rlkit_q_learning(env, episodes, alpha, gamma, epsilon, seed)[0]
-'''}, frozenset({TEST_BACKUP, TEST_VI, TEST_QL}), "backup, value iteration and Q-learning from rlkit"),
+""",
+        },
+        frozenset({TEST_BACKUP, TEST_VI, TEST_QL}),
+        "backup, value iteration and Q-learning from rlkit",
+    ),
 }
 
 
@@ -170,7 +200,8 @@ RECORDED = ("bellman_optimality_backup", "value_iteration", "q_learning_update",
 
 def recorder(reference: dict[str, str], path: str) -> dict[str, str]:
     """The reference solution, appending every outermost call's inputs and outputs to ``path`` (pickle)."""
-    preamble = f'''
+    preamble = (
+        f"""
 import inspect
 import pickle
 
@@ -178,7 +209,9 @@ import numpy as np
 
 _record_path = {path!r}
 _busy = [False]  # calls made inside a recorded call (value iteration's backups) are not recorded
-''' + _KEY + '''
+"""
+        + _KEY
+        + """
 
 def _recorded(function):
     signature = inspect.signature(function)
@@ -200,8 +233,12 @@ def _recorded(function):
         return out
 
     return wrapper
-'''
-    cells = {**reference, **{cell: reference[cell] + f"\n\n{cell} = _recorded({cell})\n" for cell in RECORDED}}
+"""
+    )
+    cells = {
+        **reference,
+        **{cell: reference[cell] + f"\n\n{cell} = _recorded({cell})\n" for cell in RECORDED},
+    }
     cells[BACKUP] = preamble + cells[BACKUP]
     return cells
 
@@ -209,7 +246,8 @@ def _recorded(function):
 def memorizer(path: str, reference: dict[str, str]) -> dict[str, str]:
     """Correct only on the calls in the record at ``path`` (zeros, or Q unchanged, for anything else);
     its epsilon_greedy is the reference."""
-    backup = f'''
+    backup = (
+        f"""
 import pickle
 
 import numpy as np
@@ -221,7 +259,9 @@ with open({path!r}, "rb") as _f:
             _table.append(pickle.load(_f))
         except EOFError:
             break
-''' + _KEY + '''
+"""
+        + _KEY
+        + """
 
 def _same(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -240,26 +280,34 @@ def _lookup(name, *inputs):
 def bellman_optimality_backup(V, P, R, terminal, gamma):
     hit = _lookup("bellman_optimality_backup", V, P, R, terminal, gamma)
     return hit[0] if hit is not None else np.zeros(R.shape)
-'''
-    vi = '''
+"""
+    )
+    vi = """
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     hit = _lookup("value_iteration", P, R, terminal, gamma, tol)
     return tuple(hit) if hit is not None else (np.zeros(R.shape[0]), np.zeros(R.shape[0], dtype=int))
-'''
-    update = '''
+"""
+    update = """
 def q_learning_update(Q, s, a, r, s_next, terminated, alpha, gamma):
     hit = _lookup("q_learning_update", Q, s, a, r, s_next, terminated, alpha, gamma)
     return hit[0] if hit is not None else Q
-'''
-    ql = '''
+"""
+    ql = """
 def q_learning(env, episodes, alpha, gamma, epsilon, seed):
     hit = _lookup("q_learning", env, episodes, alpha, gamma, epsilon, seed)
     return hit[0] if hit is not None else np.zeros((env.observation_space.n, env.action_space.n))
-'''
-    return {BACKUP: backup, VI: vi, UPDATE: update, EPSILON_GREEDY: reference[EPSILON_GREEDY], QL: ql}
+"""
+    return {
+        BACKUP: backup,
+        VI: vi,
+        UPDATE: update,
+        EPSILON_GREEDY: reference[EPSILON_GREEDY],
+        QL: ql,
+    }
 
 
 # ---- The tests ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
@@ -270,8 +318,12 @@ def course(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def graded(course) -> dict[str, dict[str, float]]:
     """Every submission below, autograded in one nbgrader run with SEED_A."""
-    return ASSIGNMENT.grade_submissions(course, {**WRONG, **CHEATS}, lambda reference: recorder(reference, str(course / "record.pkl")),
-                                        SEED_A)
+    return ASSIGNMENT.grade_submissions(
+        course,
+        {**WRONG, **CHEATS},
+        lambda reference: recorder(reference, str(course / "record.pkl")),
+        SEED_A,
+    )
 
 
 def test_source_notebook_is_stored_clean():
@@ -315,7 +367,9 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
     assert grading.blocked(errors.get(VI, "")), "the import after the guard must fail"
     for cell in variant.fails:
         message = errors.get(cell, "")
-        assert grading.blocked(message) or message.startswith("NameError"), f"{name}: {cell} failed with {message!r}"
+        assert grading.blocked(message) or message.startswith("NameError"), (
+            f"{name}: {cell} failed with {message!r}"
+        )
     assert grading.blocked(errors[TEST_BACKUP]) and grading.blocked(errors[TEST_QL])
 
 

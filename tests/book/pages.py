@@ -61,7 +61,17 @@ MATH_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{math\}", re.M)
 def count_formulas(text: str) -> int:
     """Formulas a reader sees: display $$...$$, inline $...$, {math} roles and directives (code excluded)."""
     # drop code fences (code, literalinclude, code-cell); keep directive fences that hold prose
-    text = re.sub(r"^(```+)(?!\s*\{(math|exercise|solution|prf:\w+|note|warning|admonition|tip|important)\}).*?^\1\s*$", "", text, flags=re.M | re.S)
+    text = re.sub(
+        r"^(```+)(?!\s*\{(math|exercise|solution|prf:\w+|note|warning|admonition|tip|important)\}).*?^\1\s*$",
+        "",
+        text,
+        flags=re.M | re.S,
+    )
     display = len(DISPLAY.findall(text))
     text = DISPLAY.sub(" ", text)
-    return display + len(INLINE.findall(text)) + len(MATH_ROLE.findall(text)) + len(MATH_DIRECTIVE.findall(text))
+    return (
+        display
+        + len(INLINE.findall(text))
+        + len(MATH_ROLE.findall(text))
+        + len(MATH_DIRECTIVE.findall(text))
+    )

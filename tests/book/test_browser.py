@@ -14,12 +14,27 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from tests.book.pages import BUILD, HTML, count_formulas, html_path, markdown_text, source_path, toc_files
+from tests.book.pages import (
+    BUILD,
+    HTML,
+    count_formulas,
+    html_path,
+    markdown_text,
+    source_path,
+    toc_files,
+)
 
 pytestmark = pytest.mark.book
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 SCREENSHOTS = BUILD / "screenshots"
 
 READ_PAGE = """async () => {
@@ -61,7 +76,9 @@ def browser(built_book):
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium")
     with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         yield browser
         browser.close()
 
@@ -80,7 +97,10 @@ def offline_page(browser):
         return route.continue_()
 
     page.route("**/*", block_network)
-    page.on("console", lambda message: message.type == "error" and page.console_errors.append(message.text))
+    page.on(
+        "console",
+        lambda message: message.type == "error" and page.console_errors.append(message.text),
+    )
     yield page
     context.close()
 
@@ -109,12 +129,18 @@ def test_page_renders_offline_with_math_images_and_links(offline_page, doc):
         assert leftover not in seen["text"], f"unrendered math ({leftover}) in {doc}"
     formulas = count_formulas(markdown_text(source_path(toc_files()[0] if doc == "index" else doc)))
     if formulas:
-        assert seen["mathjax"] >= formulas, f"{doc}: {seen['mathjax']} rendered formulas, {formulas} in the source"
+        assert seen["mathjax"] >= formulas, (
+            f"{doc}: {seen['mathjax']} rendered formulas, {formulas} in the source"
+        )
     broken_images = [image["src"] for image in seen["images"] if image["width"] == 0]
     assert not broken_images, f"{doc}: images that did not load: {broken_images}"
-    assert not offline_page.network_requests, f"{doc} asked the network for {offline_page.network_requests}"
+    assert not offline_page.network_requests, (
+        f"{doc} asked the network for {offline_page.network_requests}"
+    )
     assert not offline_page.console_errors, f"{doc} logged errors: {offline_page.console_errors}"
-    broken_links = [link for link in seen["links"] if link.startswith("file:") and not link_resolves(link)]
+    broken_links = [
+        link for link in seen["links"] if link.startswith("file:") and not link_resolves(link)
+    ]
     assert not broken_links, f"{doc}: broken internal links: {broken_links}"
 
 
@@ -125,11 +151,15 @@ def link_resolves(link: str) -> bool:
         target = target / "index.html"
     if not target.exists():
         return False
-    return not parts.fragment or target.suffix != ".html" or unquote(parts.fragment) in anchors(target)
+    return (
+        not parts.fragment or target.suffix != ".html" or unquote(parts.fragment) in anchors(target)
+    )
 
 
 def test_search_finds_a_chapter_offline(offline_page, built_book):
     offline_page.goto((HTML / "search.html").as_uri() + "?q=advantage", wait_until="load")
     offline_page.wait_for_selector("#search-results ul.search li", timeout=20_000)
-    results = offline_page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(e => e.href)")
+    results = offline_page.eval_on_selector_all(
+        "#search-results ul.search li a", "els => els.map(e => e.href)"
+    )
     assert any(re.search(r"ch01_rl_problem", href) for href in results), results

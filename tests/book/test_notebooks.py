@@ -30,7 +30,9 @@ def executed(cache, path):
     try:
         record = cache.match_cache_notebook(nbformat.read(path, as_version=4))
     except KeyError:
-        pytest.fail(f"{path.name} has no up-to-date execution record: rebuild the book (`make book`)")
+        pytest.fail(
+            f"{path.name} has no up-to-date execution record: rebuild the book (`make book`)"
+        )
     return record, cache.get_cache_bundle(record.pk).nb
 
 
@@ -44,5 +46,6 @@ def test_notebook_ran_without_errors_or_warnings_in_time(cache, path):
         for output in cell.get("outputs", []):
             assert output["output_type"] != "error", f"cell {index} raised {output.get('ename')}"
             if output["output_type"] == "stream" and output["name"] == "stderr":
-                assert not WARNING.search(output["text"]), f"cell {index} wrote a warning to stderr:\n{output['text']}"
-
+                assert not WARNING.search(output["text"]), (
+                    f"cell {index} wrote a warning to stderr:\n{output['text']}"
+                )

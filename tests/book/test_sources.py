@@ -11,7 +11,9 @@ import yaml
 
 from tests.book.pages import ROOT, count_formulas, source_path, toc_files
 
-ALL_NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+ALL_NOTEBOOKS = sorted(
+    p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+)
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 
 
@@ -20,7 +22,9 @@ def test_notebooks_are_stored_without_outputs(path: Path):
     for index, cell in enumerate(json.loads(path.read_text())["cells"]):
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [], f"cell {index} of {path.name} has stored outputs"
-            assert cell["execution_count"] is None, f"cell {index} of {path.name} has an execution count"
+            assert cell["execution_count"] is None, (
+                f"cell {index} of {path.name} has an execution count"
+            )
 
 
 def test_every_toc_entry_has_a_source():
@@ -28,13 +32,21 @@ def test_every_toc_entry_has_a_source():
         assert source_path(doc).exists()
 
 
-@pytest.mark.parametrize("path", [p for p in ALL_NOTEBOOKS if "assignments" not in p.parts], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in ALL_NOTEBOOKS if "assignments" not in p.parts], ids=lambda p: p.stem
+)
 def test_first_code_cell_installs_rlkit_from_the_configured_repository(path: Path):
-    code_cells = [cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+    code_cells = [
+        cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"
+    ]
     first = "".join(code_cells[0]["source"])
-    assert 'find_spec("rlkit") is None' in first, f"{path.name}: the first code cell must install rlkit when missing"
+    assert 'find_spec("rlkit") is None' in first, (
+        f"{path.name}: the first code cell must install rlkit when missing"
+    )
     urls = re.findall(r"git\+(https://[^\"' ]+)", first)
-    assert urls == [CONFIG["repository"]["url"]], f"{path.name} installs from {urls}, _config.yml says {CONFIG['repository']['url']}"
+    assert urls == [CONFIG["repository"]["url"]], (
+        f"{path.name} installs from {urls}, _config.yml says {CONFIG['repository']['url']}"
+    )
 
 
 def test_book_pages_include_code_rather_than_paste_it():
@@ -43,11 +55,17 @@ def test_book_pages_include_code_rather_than_paste_it():
         if path.suffix != ".md":
             continue
         text = path.read_text()
-        for block in re.findall(r"^```+\s*(?:python|\{code-block\}\s*python)\s*$(.*?)^```+", text, re.M | re.S):
-            assert "def " not in block, f"{path.name} pastes a function: include it with literalinclude + :pyobject:"
+        for block in re.findall(
+            r"^```+\s*(?:python|\{code-block\}\s*python)\s*$(.*?)^```+", text, re.M | re.S
+        ):
+            assert "def " not in block, (
+                f"{path.name} pastes a function: include it with literalinclude + :pyobject:"
+            )
         for target, name in re.findall(r"\{literalinclude\}\s*(\S+)\s*\n:pyobject:\s*(\S+)", text):
             source = (path.parent / target).resolve().read_text()
-            assert re.search(rf"^(def|class) {re.escape(name)}\b", source, re.M), f"{path.name}: {target} has no {name}"
+            assert re.search(rf"^(def|class) {re.escape(name)}\b", source, re.M), (
+                f"{path.name}: {target} has no {name}"
+            )
 
 
 def test_formula_counter_counts_what_a_reader_sees():

@@ -4,7 +4,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlkit.envs.cartpole import THETA_THRESHOLD, X_THRESHOLD, BatchedCartPole, cartpole_dynamics, cartpole_terminated
+from rlkit.envs.cartpole import (
+    THETA_THRESHOLD,
+    X_THRESHOLD,
+    BatchedCartPole,
+    cartpole_dynamics,
+    cartpole_terminated,
+)
 
 
 def gymnasium_step(env, state, action):
@@ -16,7 +22,10 @@ def gymnasium_step(env, state, action):
 
 def test_10k_random_transitions_match_gymnasium_in_float64():
     rng = np.random.default_rng(0)
-    low, high = [-X_THRESHOLD, -3.0, -THETA_THRESHOLD, -3.5], [X_THRESHOLD, 3.0, THETA_THRESHOLD, 3.5]
+    low, high = (
+        [-X_THRESHOLD, -3.0, -THETA_THRESHOLD, -3.5],
+        [X_THRESHOLD, 3.0, THETA_THRESHOLD, 3.5],
+    )
     states, actions = rng.uniform(low, high, size=(10_000, 4)), rng.integers(0, 2, size=10_000)
     env = gym.make("CartPole-v1").unwrapped
     env.reset(seed=0)
@@ -26,7 +35,9 @@ def test_10k_random_transitions_match_gymnasium_in_float64():
     terminated = cartpole_terminated(ours)
     assert np.array_equal(terminated, [r[2] for r in reference])
     assert 0.02 < terminated.mean() < 0.5  # both outcomes were exercised
-    assert all(r[1] == 1.0 for r in reference)  # the step that ends an episode is rewarded too, as ours
+    assert all(
+        r[1] == 1.0 for r in reference
+    )  # the step that ends an episode is rewarded too, as ours
 
 
 def test_episodes_played_from_the_same_start_match_gymnasium_step_by_step():
@@ -41,9 +52,15 @@ def test_episodes_played_from_the_same_start_match_gymnasium_step_by_step():
         action = int(rng.integers(0, 2))
         obs, reward, terminated, truncated, _ = env.step(action)
         our_obs, our_reward, our_terminated, our_truncated, info = ours.step(np.array([action]))
-        assert our_reward[0] == reward and our_terminated[0] == terminated and our_truncated[0] == truncated
+        assert (
+            our_reward[0] == reward
+            and our_terminated[0] == terminated
+            and our_truncated[0] == truncated
+        )
         if terminated or truncated:
-            np.testing.assert_array_equal(info["final_obs"][0], obs)  # bit-identical float32 observation
+            np.testing.assert_array_equal(
+                info["final_obs"][0], obs
+            )  # bit-identical float32 observation
             break
         np.testing.assert_array_equal(our_obs[0], obs)
     else:
@@ -54,14 +71,20 @@ def test_same_step_autoreset_layout_and_truncation_at_500():
     envs = BatchedCartPole(3)
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
     obs, _ = envs.reset(seed=0)
-    for step in range(1, 501):  # a hand-written balancing controller: push toward where the pole is falling
-        actions = (obs[:, 2] + 0.5 * obs[:, 3] + 0.01 * obs[:, 0] + 0.1 * obs[:, 1] > 0).astype(np.int64)
+    for step in range(
+        1, 501
+    ):  # a hand-written balancing controller: push toward where the pole is falling
+        actions = (obs[:, 2] + 0.5 * obs[:, 3] + 0.01 * obs[:, 0] + 0.1 * obs[:, 1] > 0).astype(
+            np.int64
+        )
         obs, rewards, terminated, truncated, info = envs.step(actions)
         if step < 500:
             assert not truncated.any() and info == {}
     assert truncated.all() and not terminated.any()
     assert info["_final_obs"].all() and np.abs(np.stack(info["final_obs"])).max() > 0
-    assert np.abs(obs).max() <= 0.05 and (envs.elapsed_steps == 0).all()  # the new episodes' first observations
+    assert (
+        np.abs(obs).max() <= 0.05 and (envs.elapsed_steps == 0).all()
+    )  # the new episodes' first observations
 
 
 def test_reset_is_seeded_and_observations_are_float32():
@@ -74,7 +97,9 @@ def test_reset_is_seeded_and_observations_are_float32():
     assert np.abs(first).max() <= 0.05
 
 
-@pytest.mark.parametrize("actions", [np.array([0, 2]), np.array([0]), np.array([[0, 1]]), np.array([-1, 0])])
+@pytest.mark.parametrize(
+    "actions", [np.array([0, 2]), np.array([0]), np.array([[0, 1]]), np.array([-1, 0])]
+)
 def test_bad_actions_raise(actions):
     envs = BatchedCartPole(2)
     envs.reset(seed=0)
@@ -82,7 +107,10 @@ def test_bad_actions_raise(actions):
         envs.step(actions)
 
 
-@pytest.mark.parametrize("kwargs, field", [(dict(num_envs=0), "num_envs"), (dict(num_envs=2, max_episode_steps=0), "max_episode_steps")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [(dict(num_envs=0), "num_envs"), (dict(num_envs=2, max_episode_steps=0), "max_episode_steps")],
+)
 def test_bad_construction_raises(kwargs, field):
     with pytest.raises(ValueError, match=field):
         BatchedCartPole(**kwargs)

@@ -13,15 +13,19 @@ from rlkit.envs import LAYOUTS, GridWorld, Layout
 from rlkit.tabular import exact_policy_values, uniform_random_policy
 
 # Sutton & Barto (2018), Figure 4.1, k = infinity: the random policy on the 4x4 gridworld.
-SUTTON_BARTO_4X4_RANDOM = np.array([[0, -14, -20, -22], [-14, -18, -20, -20], [-20, -20, -18, -14], [-22, -20, -14, 0]])
+SUTTON_BARTO_4X4_RANDOM = np.array(
+    [[0, -14, -20, -22], [-14, -18, -20, -20], [-20, -20, -18, -14], [-22, -20, -14, 0]]
+)
 # Sutton & Barto (2018), Figure 3.2 (right): the random policy on the 5x5 gridworld, gamma = 0.9.
-SUTTON_BARTO_5X5_RANDOM = np.array([
-    [3.3, 8.8, 4.4, 5.3, 1.5],
-    [1.5, 3.0, 2.3, 1.9, 0.5],
-    [0.1, 0.7, 0.7, 0.4, -0.4],
-    [-1.0, -0.4, -0.4, -0.6, -1.2],
-    [-1.9, -1.3, -1.2, -1.4, -2.0],
-])
+SUTTON_BARTO_5X5_RANDOM = np.array(
+    [
+        [3.3, 8.8, 4.4, 5.3, 1.5],
+        [1.5, 3.0, 2.3, 1.9, 0.5],
+        [0.1, 0.7, 0.7, 0.4, -0.4],
+        [-1.0, -0.4, -0.4, -0.6, -1.2],
+        [-1.9, -1.3, -1.2, -1.4, -2.0],
+    ]
+)
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -29,11 +33,15 @@ def test_every_layout_passes_gymnasiums_env_checker_without_a_warning(layout):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the checker reports problems as warnings
         for render_mode in (None, "rgb_array", "ansi"):
-            check_env(gym.make("rlkit/GridWorld-v0", layout=layout, render_mode=render_mode).unwrapped)
+            check_env(
+                gym.make("rlkit/GridWorld-v0", layout=layout, render_mode=render_mode).unwrapped
+            )
 
 
 def test_registered_env_truncates_at_its_time_limit_without_terminating():
-    env = gym.make("rlkit/GridWorld-v0", layout="sutton_barto_5x5")  # a continuing task: never terminates
+    env = gym.make(
+        "rlkit/GridWorld-v0", layout="sutton_barto_5x5"
+    )  # a continuing task: never terminates
     env.reset(seed=0)
     for step in range(100):
         _, _, terminated, truncated, _ = env.step(env.action_space.sample())
@@ -44,15 +52,21 @@ def test_registered_env_truncates_at_its_time_limit_without_terminating():
 def random_policy_values(layout):
     env = GridWorld(layout)
     P, R, terminal = env.model()
-    return exact_policy_values(P, R, uniform_random_policy(env.n_states, 4), LAYOUTS[layout].gamma, terminal)
+    return exact_policy_values(
+        P, R, uniform_random_policy(env.n_states, 4), LAYOUTS[layout].gamma, terminal
+    )
 
 
 def test_the_4x4_random_policy_values_equal_sutton_and_barto_figure_4_1():
-    np.testing.assert_allclose(random_policy_values("sutton_barto_4x4").reshape(4, 4), SUTTON_BARTO_4X4_RANDOM, atol=1e-9)
+    np.testing.assert_allclose(
+        random_policy_values("sutton_barto_4x4").reshape(4, 4), SUTTON_BARTO_4X4_RANDOM, atol=1e-9
+    )
 
 
 def test_the_5x5_random_policy_values_equal_sutton_and_barto_figure_3_2():
-    np.testing.assert_allclose(random_policy_values("sutton_barto_5x5").reshape(5, 5), SUTTON_BARTO_5X5_RANDOM, atol=0.05)
+    np.testing.assert_allclose(
+        random_policy_values("sutton_barto_5x5").reshape(5, 5), SUTTON_BARTO_5X5_RANDOM, atol=0.05
+    )
 
 
 def test_the_dyna_maze_shortest_path_is_14_steps_as_in_sutton_and_barto_example_8_1():

@@ -12,8 +12,15 @@ from gymnasium.utils.env_checker import check_env
 
 import rlkit  # noqa: F401  (registers the rlkit/ environments)
 from rlkit.checkpoint import env_state, load_env_state
-from rlkit.envs.probes import (PROBES, ProbeActionObservationReward, ProbeActionReward, ProbeConstantReward,
-                               ProbeDelayedReward, ProbeObservationReward, probe_failures)
+from rlkit.envs.probes import (
+    PROBES,
+    ProbeActionObservationReward,
+    ProbeActionReward,
+    ProbeConstantReward,
+    ProbeDelayedReward,
+    ProbeObservationReward,
+    probe_failures,
+)
 
 GAMMA = 0.5
 IDS = list(PROBES)
@@ -33,7 +40,12 @@ def episode(env, actions, seed=None):
     observations, rewards, terminated, truncated = [obs], [], [], []
     for action in actions:
         obs, reward, term, trunc, _ = env.step(action)
-        observations.append(obs), rewards.append(reward), terminated.append(term), truncated.append(trunc)
+        (
+            observations.append(obs),
+            rewards.append(reward),
+            terminated.append(term),
+            truncated.append(trunc),
+        )
         if term or trunc:
             break
     return observations, rewards, terminated, truncated
@@ -47,7 +59,9 @@ def test_every_probe_passes_gymnasiums_env_checker_without_a_warning(env_id):
 
 
 @pytest.mark.parametrize("env_id", IDS)
-def test_probes_are_registered_without_a_time_limit_with_flat_float32_observations_and_discrete_actions(env_id):
+def test_probes_are_registered_without_a_time_limit_with_flat_float32_observations_and_discrete_actions(
+    env_id,
+):
     env = gym.make(env_id)
     assert env.spec.max_episode_steps is None
     assert isinstance(env.unwrapped, PROBES[env_id])
@@ -138,9 +152,12 @@ def test_stepping_a_finished_episode_or_with_an_invalid_action_raises(env_id):
 @pytest.mark.parametrize("env_id", IDS)
 def test_a_generic_checkpoint_of_a_vector_env_of_probes_resumes_it_exactly(env_id):
     """The episode state is plain attributes (numbers, arrays, the generator), which ``rlkit.checkpoint`` saves."""
+
     def make():
-        return gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(3)],
-                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        return gym.vector.SyncVectorEnv(
+            [lambda: gym.make(env_id) for _ in range(3)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
 
     actions = np.random.default_rng(0).integers(PROBES[env_id].n_actions, size=(12, 3))
     envs, resumed = make(), make()
@@ -163,7 +180,11 @@ def test_references_equal_the_hand_written_table(env_id):
     probe = PROBES[env_id]
     observations, q, best = REFERENCES[env_id]
     obs = probe.observations()
-    assert obs.dtype == np.float32 and obs.shape == (len(observations), 1) and obs[:, 0].tolist() == observations
+    assert (
+        obs.dtype == np.float32
+        and obs.shape == (len(observations), 1)
+        and obs[:, 0].tolist() == observations
+    )
     np.testing.assert_array_equal(probe.q_values(obs, GAMMA), q)
     np.testing.assert_array_equal(probe.expected_values(obs, GAMMA), np.max(q, axis=1))
     np.testing.assert_array_equal(probe.optimal_actions(obs), best)
@@ -190,15 +211,24 @@ def test_q_values_are_the_discounted_returns_the_environment_actually_pays(env_i
             to_go = sum(gamma**k * reward for k, reward in enumerate(rewards[t:]))
             returns.setdefault((start, action), set()).add(to_go)
     obs = probe.observations()
-    expected = {(float(o), a): q for o, row in zip(obs[:, 0], probe.q_values(obs, gamma)) for a, q in enumerate(row)}
+    expected = {
+        (float(o), a): q
+        for o, row in zip(obs[:, 0], probe.q_values(obs, gamma))
+        for a, q in enumerate(row)
+    }
     assert set(returns) == set(expected)  # every observation is visited, with every action
     for key, paid in returns.items():
         assert sorted(paid) == pytest.approx([expected[key]] * len(paid)), key
 
 
 def test_the_probes_are_listed_in_order_with_what_they_check_and_expect():
-    assert list(PROBES.values()) == [ProbeConstantReward, ProbeObservationReward, ProbeDelayedReward, ProbeActionReward,
-                                     ProbeActionObservationReward]
+    assert list(PROBES.values()) == [
+        ProbeConstantReward,
+        ProbeObservationReward,
+        ProbeDelayedReward,
+        ProbeActionReward,
+        ProbeActionObservationReward,
+    ]
     for env_id, probe in PROBES.items():
         assert env_id == f"rlkit/{probe.__name__}-v0"
         assert probe.checks and probe.expected and probe.__doc__
@@ -210,35 +240,52 @@ def test_probe_failures_passes_the_exact_answers_and_names_every_wrong_one(env_i
     obs = probe.observations()
     q = probe.q_values(obs, GAMMA)
     best = np.eye(probe.n_actions)[probe.optimal_actions(obs)]
-    assert probe_failures(env_id, GAMMA, values=probe.expected_values(obs, GAMMA), q_values=q, action_probs=best) == []
+    assert (
+        probe_failures(
+            env_id, GAMMA, values=probe.expected_values(obs, GAMMA), q_values=q, action_probs=best
+        )
+        == []
+    )
     assert probe_failures(env_id, GAMMA, values=probe.expected_values(obs, GAMMA) + 0.099) == []
     wrong_values = probe_failures(env_id, GAMMA, values=probe.expected_values(obs, GAMMA) + 0.11)
     assert len(wrong_values) == len(obs) and all(probe.checks in line for line in wrong_values)
-    assert len(probe_failures(env_id, GAMMA, q_values=np.full_like(q, np.nan))) == q.size  # NaN never passes
+    assert (
+        len(probe_failures(env_id, GAMMA, q_values=np.full_like(q, np.nan))) == q.size
+    )  # NaN never passes
     if probe.n_actions > 1:
         worst = 1.0 - best
-        failures = probe_failures(env_id, GAMMA, values=probe.policy_values(obs, worst, GAMMA), action_probs=worst)
+        failures = probe_failures(
+            env_id, GAMMA, values=probe.policy_values(obs, worst, GAMMA), action_probs=worst
+        )
         assert len(failures) == len(obs) and all("pi(best action" in line for line in failures)
         # a critic is compared with its own policy's value: V* is wrong for a policy that is not optimal
-        failures = probe_failures(env_id, GAMMA, values=probe.expected_values(obs, GAMMA), action_probs=worst)
+        failures = probe_failures(
+            env_id, GAMMA, values=probe.expected_values(obs, GAMMA), action_probs=worst
+        )
         assert sum(line.startswith(f"{env_id}: V at") for line in failures) == len(obs)
 
 
 def test_probe_failures_catches_a_missing_discount_and_rejects_unknown_ids():
     obs = ProbeDelayedReward.observations()
-    undiscounted = ProbeDelayedReward.expected_values(obs, gamma=1.0)  # V(0) = 1: the discount forgotten
+    undiscounted = ProbeDelayedReward.expected_values(
+        obs, gamma=1.0
+    )  # V(0) = 1: the discount forgotten
     assert len(probe_failures("rlkit/ProbeDelayedReward-v0", GAMMA, values=undiscounted)) == 1
     with pytest.raises(ValueError, match="env_id must be one of"):
         probe_failures("CartPole-v1", GAMMA, values=[0.0])
 
 
 def test_probes_run_in_a_vector_env_that_resets_at_every_termination():
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("rlkit/ProbeDelayedReward-v0") for _ in range(3)],
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("rlkit/ProbeDelayedReward-v0") for _ in range(3)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     obs, _ = envs.reset(seed=0)
     for step in range(6):
         assert obs[:, 0].tolist() == [float(step % 2)] * 3
         obs, rewards, terminated, truncated, _ = envs.step(np.zeros(3, dtype=np.int64))
-        assert rewards.tolist() == [float(step % 2)] * 3 and terminated.tolist() == [step % 2 == 1] * 3
+        assert (
+            rewards.tolist() == [float(step % 2)] * 3 and terminated.tolist() == [step % 2 == 1] * 3
+        )
         assert not truncated.any()
     envs.close()

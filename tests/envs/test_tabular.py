@@ -69,6 +69,10 @@ def test_bad_models_and_environments_raise_clear_errors():
         TabularMDP(np.ones((2, 2, 2)), np.zeros((2, 2)), np.zeros(2, dtype=bool))
     with pytest.raises(ValueError, match="terminal"):
         TabularMDP(np.ones((2, 2, 2)) / 2, np.zeros((2, 2)), np.zeros(2))
-    table = {0: {0: [(1.0, 1, 0.0, True)]}, 1: {0: [(1.0, 1, 0.0, False)]}, 2: {0: [(1.0, 1, 0.0, False)]}}
+    table = {
+        0: {0: [(1.0, 1, 0.0, True)]},
+        1: {0: [(1.0, 1, 0.0, False)]},
+        2: {0: [(1.0, 1, 0.0, False)]},
+    }
     with pytest.raises(ValueError, match="entered both with and without termination"):
         TabularMDP._from_toy_text(table, 3, 1, None, np.array([0.0, 0.0, 1.0]))

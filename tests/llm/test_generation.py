@@ -6,13 +6,27 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from rlkit.llm.generation import (Rollout, encode_prompts, generate, generate_without_model_defaults, left_pad,
-                                  response_logits, response_logprobs, response_mask, sampling_config,
-                                  sequence_layout)
+from rlkit.llm.generation import (
+    Rollout,
+    encode_prompts,
+    generate,
+    generate_without_model_defaults,
+    left_pad,
+    response_logits,
+    response_logprobs,
+    response_mask,
+    sampling_config,
+    sequence_layout,
+)
 from rlkit.llm.models import build_causal_lm, tiny_config
 from rlkit.llm.sft import IGNORE_INDEX
 
-PROMPTS = ["S318402:", "S12:", "A12+345=", "S9:"]  # different lengths, so the batch is padded on the left
+PROMPTS = [
+    "S318402:",
+    "S12:",
+    "A12+345=",
+    "S9:",
+]  # different lengths, so the batch is padded on the left
 
 
 def test_response_mask_stops_after_the_first_eos():
@@ -48,20 +62,31 @@ def test_logprobs_equal_hugging_face_cross_entropy_per_token(model, tokenizer):
         assert torch.all(rollout.logprobs[row][~valid] == 0)
 
 
-def test_logprobs_equal_log_softmax_of_generate_logits_at_the_sampling_temperature(model, tokenizer):
+def test_logprobs_equal_log_softmax_of_generate_logits_at_the_sampling_temperature(
+    model, tokenizer
+):
     temperature = 0.7
     prompts = encode_prompts(tokenizer, PROMPTS, model, max_new_tokens=6)
     with torch.no_grad():
-        output = model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
-                                generation_config=sampling_config(tokenizer, 6, temperature, return_logits=True))
-    response_ids = output.sequences[:, prompts.input_ids.shape[1]:]
+        output = model.generate(
+            input_ids=prompts.input_ids,
+            attention_mask=prompts.attention_mask,
+            generation_config=sampling_config(tokenizer, 6, temperature, return_logits=True),
+        )
+    response_ids = output.sequences[:, prompts.input_ids.shape[1] :]
     mask = response_mask(response_ids, tokenizer.eos_token_id)
     with torch.no_grad():
         ours = response_logprobs(model, prompts, response_ids, mask, temperature)
     raw_logits = torch.stack(output.logits, dim=1)  # generate's logits before any processing
-    theirs = torch.log_softmax(raw_logits / temperature, -1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    theirs = (
+        torch.log_softmax(raw_logits / temperature, -1)
+        .gather(-1, response_ids.unsqueeze(-1))
+        .squeeze(-1)
+    )
     torch.testing.assert_close(ours, theirs * mask, atol=1e-5, rtol=0)
-    assert not torch.allclose(ours, response_logprobs(model, prompts, response_ids, mask, 1.0), atol=1e-3)
+    assert not torch.allclose(
+        ours, response_logprobs(model, prompts, response_ids, mask, 1.0), atol=1e-3
+    )
 
 
 def test_logprobs_do_not_change_when_a_prompt_is_padded_more(model, tokenizer):
@@ -70,7 +95,9 @@ def test_logprobs_do_not_change_when_a_prompt_is_padded_more(model, tokenizer):
     ids = tokenizer("S318402:")["input_ids"]
     with torch.no_grad():
         alone = response_logprobs(model, left_pad([ids], tokenizer.pad_token_id), response, mask)
-        padded = left_pad([ids, ids + [5] * 7], tokenizer.pad_token_id)  # the first row now has 7 pads in front
+        padded = left_pad(
+            [ids, ids + [5] * 7], tokenizer.pad_token_id
+        )  # the first row now has 7 pads in front
         in_batch = response_logprobs(model, padded, response.repeat(2, 1), mask.repeat(2, 1))
     torch.testing.assert_close(in_batch[0], alone[0], atol=1e-5, rtol=0)
 
@@ -96,7 +123,9 @@ def test_only_the_response_columns_reach_the_output_layer(model, tokenizer):
     response = torch.tensor([[7, 2, 0, 0], [7, 8, 2, 0], [5, 6, 7, 8], [2, 0, 0, 0]])
     mask = response_mask(response, tokenizer.eos_token_id)
     widths = []
-    hook = model.get_output_embeddings().register_forward_hook(lambda _, __, out: widths.append(out.shape[1]))
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda _, __, out: widths.append(out.shape[1])
+    )
     try:
         with torch.no_grad():
             ours = response_logits(model, prompts, response, mask)
@@ -105,8 +134,12 @@ def test_only_the_response_columns_reach_the_output_layer(model, tokenizer):
     assert widths == [response.shape[1] + 1] and prompts.input_ids.shape[1] > 1
     input_ids, attention_mask, position_ids = sequence_layout(prompts, response, mask)
     with torch.no_grad():
-        every_column = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    torch.testing.assert_close(ours, every_column[:, prompts.input_ids.shape[1] - 1:-1], atol=1e-5, rtol=0)
+        every_column = model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).logits
+    torch.testing.assert_close(
+        ours, every_column[:, prompts.input_ids.shape[1] - 1 : -1], atol=1e-5, rtol=0
+    )
 
 
 class ForwardWithoutLogitsToKeep(torch.nn.Module):
@@ -117,7 +150,9 @@ class ForwardWithoutLogitsToKeep(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids, attention_mask, position_ids):
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        return self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
 
 
 def test_a_model_without_logits_to_keep_gives_the_same_logprobs(model, tokenizer):
@@ -125,8 +160,12 @@ def test_a_model_without_logits_to_keep_gives_the_same_logprobs(model, tokenizer
     response = torch.tensor([[7, 2, 0, 0], [7, 8, 2, 0], [5, 6, 7, 8], [2, 0, 0, 0]])
     mask = response_mask(response, tokenizer.eos_token_id)
     with torch.no_grad():
-        torch.testing.assert_close(response_logprobs(ForwardWithoutLogitsToKeep(model), prompts, response, mask),
-                                   response_logprobs(model, prompts, response, mask), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            response_logprobs(ForwardWithoutLogitsToKeep(model), prompts, response, mask),
+            response_logprobs(model, prompts, response, mask),
+            atol=1e-6,
+            rtol=0,
+        )
 
 
 def test_greedy_generation_with_kv_cache_equals_a_loop_without_cache(model, tokenizer):
@@ -142,34 +181,55 @@ def test_greedy_generation_with_kv_cache_equals_a_loop_without_cache(model, toke
                 expected.append(next_id)
                 if next_id == tokenizer.eos_token_id:
                     break
-        assert rollout.response_ids[row, :len(expected)].tolist() == expected
+        assert rollout.response_ids[row, : len(expected)].tolist() == expected
 
 
 def test_a_released_models_own_generation_defaults_do_not_leak_into_sampling(tokenizer):
     """Instruct checkpoints ship top_k, top_p, a repetition penalty...: none may change what rlkit samples."""
     model = build_causal_lm(tiny_config(tokenizer), seed=0).eval()
     plain = generate(model, tokenizer, PROMPTS, max_new_tokens=6, greedy=True)
-    model.generation_config = GenerationConfig(do_sample=True, temperature=0.7, top_k=2, top_p=0.5,
-                                               repetition_penalty=3.0, min_new_tokens=6, no_repeat_ngram_size=1)
-    assert torch.equal(generate(model, tokenizer, PROMPTS, max_new_tokens=6, greedy=True).response_ids,
-                       plain.response_ids)
+    model.generation_config = GenerationConfig(
+        do_sample=True,
+        temperature=0.7,
+        top_k=2,
+        top_p=0.5,
+        repetition_penalty=3.0,
+        min_new_tokens=6,
+        no_repeat_ngram_size=1,
+    )
+    assert torch.equal(
+        generate(model, tokenizer, PROMPTS, max_new_tokens=6, greedy=True).response_ids,
+        plain.response_ids,
+    )
     config = sampling_config(tokenizer, 6, temperature=0.9, return_logits=True)
     config.output_scores = True
     output = generate_without_model_defaults(model, encode_prompts(tokenizer, PROMPTS), config)
-    for raw, processed in zip(output.logits, output.scores):  # nothing but the temperature between the two
+    for raw, processed in zip(
+        output.logits, output.scores
+    ):  # nothing but the temperature between the two
         torch.testing.assert_close(processed, raw / 0.9)
-    assert model.generation_config.repetition_penalty == 3.0  # the model's own settings are put back
+    assert (
+        model.generation_config.repetition_penalty == 3.0
+    )  # the model's own settings are put back
 
 
 def test_generation_runs_in_eval_mode_and_restores_the_mode(tokenizer):
-    model = build_causal_lm(tiny_config(tokenizer, "gpt2", ), seed=0)
+    model = build_causal_lm(
+        tiny_config(
+            tokenizer,
+            "gpt2",
+        ),
+        seed=0,
+    )
     model.config.resid_pdrop = 0.5
     model.train()
     rollout = generate(model, tokenizer, PROMPTS, max_new_tokens=4, greedy=True)
     assert model.training
     model.eval()
     with torch.no_grad():
-        again = response_logprobs(model, rollout.prompts, rollout.response_ids, rollout.response_mask)
+        again = response_logprobs(
+            model, rollout.prompts, rollout.response_ids, rollout.response_mask
+        )
     torch.testing.assert_close(rollout.logprobs, again)
 
 
@@ -185,12 +245,16 @@ def test_same_seed_same_samples(model, tokenizer):
     torch.manual_seed(3)
     second = generate(model, tokenizer, PROMPTS, max_new_tokens=5)
     assert torch.equal(first.response_ids, second.response_ids)
-    assert not torch.equal(first.response_ids, generate(model, tokenizer, PROMPTS, max_new_tokens=5).response_ids)
+    assert not torch.equal(
+        first.response_ids, generate(model, tokenizer, PROMPTS, max_new_tokens=5).response_ids
+    )
 
 
 def test_a_prompt_longer_than_the_context_is_refused(tokenizer):
     model = build_causal_lm(tiny_config(tokenizer, max_positions=16))
-    with pytest.raises(ValueError, match=r"prompts\[1\] is 14 tokens; with max_new_tokens = 4 .* context of 16"):
+    with pytest.raises(
+        ValueError, match=r"prompts\[1\] is 14 tokens; with max_new_tokens = 4 .* context of 16"
+    ):
         generate(model, tokenizer, ["S1:", "S12345678901:"], max_new_tokens=4)
 
 
@@ -201,12 +265,15 @@ def test_a_tokenizer_without_pad_token_is_refused(model, tokenizer):
         generate(model, broken, ["S1:"], max_new_tokens=2)
 
 
-@pytest.mark.parametrize("field, kwargs, allowed", [
-    ("max_new_tokens", dict(max_new_tokens=0), "an integer >= 1"),
-    ("temperature", dict(max_new_tokens=2, temperature=0.0), "a number > 0"),
-    ("top_k", dict(max_new_tokens=2, top_k=0), "None or an integer >= 1"),
-    ("top_p", dict(max_new_tokens=2, top_p=1.5), r"None or a number in \(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "field, kwargs, allowed",
+    [
+        ("max_new_tokens", dict(max_new_tokens=0), "an integer >= 1"),
+        ("temperature", dict(max_new_tokens=2, temperature=0.0), "a number > 0"),
+        ("top_k", dict(max_new_tokens=2, top_k=0), "None or an integer >= 1"),
+        ("top_p", dict(max_new_tokens=2, top_p=1.5), r"None or a number in \(0, 1\]"),
+    ],
+)
 def test_bad_sampling_settings_are_refused(tokenizer, field, kwargs, allowed):
     with pytest.raises(ValueError, match=f"{field} must be {allowed}"):
         sampling_config(tokenizer, **kwargs)
@@ -214,9 +281,17 @@ def test_bad_sampling_settings_are_refused(tokenizer, field, kwargs, allowed):
 
 def test_texts_keep_sampled_special_tokens_and_drop_only_the_eos(tokenizer):
     """A sampled <pad> inside an answer must not vanish: "012<pad>348" is not the answer "012348"."""
-    ids = [tokenizer.convert_tokens_to_ids(c) for c in "012"] + [tokenizer.pad_token_id] + [
-        tokenizer.convert_tokens_to_ids(c) for c in "348"] + [tokenizer.eos_token_id]
-    response = torch.tensor([ids, ids[:3] + [tokenizer.eos_token_id] + [tokenizer.pad_token_id] * 4])
+    ids = (
+        [tokenizer.convert_tokens_to_ids(c) for c in "012"]
+        + [tokenizer.pad_token_id]
+        + [tokenizer.convert_tokens_to_ids(c) for c in "348"]
+        + [tokenizer.eos_token_id]
+    )
+    response = torch.tensor(
+        [ids, ids[:3] + [tokenizer.eos_token_id] + [tokenizer.pad_token_id] * 4]
+    )
     mask = response_mask(response, tokenizer.eos_token_id)
-    rollout = Rollout(encode_prompts(tokenizer, ["S318402:"] * 2), response, mask, torch.zeros(mask.shape), 1.0)
+    rollout = Rollout(
+        encode_prompts(tokenizer, ["S318402:"] * 2), response, mask, torch.zeros(mask.shape), 1.0
+    )
     assert rollout.texts(tokenizer) == ["012<pad>348", "012"]

@@ -4,8 +4,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlkit.llm.models import (FAMILIES, ValueHeadModel, build_causal_lm, build_reward_model, count_parameters,
-                              load_causal_lm, load_reward_model, reward_model_from_causal_lm, tiny_config)
+from rlkit.llm.models import (
+    FAMILIES,
+    ValueHeadModel,
+    build_causal_lm,
+    build_reward_model,
+    count_parameters,
+    load_causal_lm,
+    load_reward_model,
+    reward_model_from_causal_lm,
+    tiny_config,
+)
 from rlkit.llm.reward_model import scoring_batch, sequence_rewards
 
 
@@ -27,7 +36,9 @@ def test_the_seed_fixes_the_initial_weights_and_leaves_the_global_generator_alon
     assert torch.equal(torch.rand(1), after)
     for a, b in zip(first.parameters(), second.parameters()):
         assert torch.equal(a, b)
-    assert not torch.equal(next(build_causal_lm(config, seed=2).parameters()), next(first.parameters()))
+    assert not torch.equal(
+        next(build_causal_lm(config, seed=2).parameters()), next(first.parameters())
+    )
 
 
 def test_save_pretrained_and_load_by_path_give_the_same_logits(tokenizer, tmp_path):
@@ -56,8 +67,15 @@ def test_critic_gives_one_value_per_position_starts_at_zero_and_round_trips(toke
     critic.save_pretrained(tmp_path)
     reloaded = ValueHeadModel.from_pretrained(tmp_path)
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(ids, torch.ones_like(ids)), critic(ids, torch.ones_like(ids)))
-    for key, value in model.base_model.state_dict().items():  # the backbone is a copy of the policy's transformer
+        torch.testing.assert_close(
+            reloaded(ids, torch.ones_like(ids)), critic(ids, torch.ones_like(ids))
+        )
+    for (
+        key,
+        value,
+    ) in (
+        model.base_model.state_dict().items()
+    ):  # the backbone is a copy of the policy's transformer
         assert torch.equal(critic.backbone.state_dict()[key], value)
 
 
@@ -69,14 +87,24 @@ def test_the_reward_is_read_at_the_last_real_token_whatever_the_right_padding(to
     batch = scoring_batch(tokenizer, prompts, completions)
     with torch.no_grad():
         rewards = sequence_rewards(reward_model, batch)
-        more_padding = torch.nn.functional.pad(batch.input_ids, (0, 5), value=tokenizer.pad_token_id)
-        padded = sequence_rewards(reward_model, type(batch)(more_padding,
-                                                            torch.nn.functional.pad(batch.attention_mask, (0, 5))))
+        more_padding = torch.nn.functional.pad(
+            batch.input_ids, (0, 5), value=tokenizer.pad_token_id
+        )
+        padded = sequence_rewards(
+            reward_model,
+            type(batch)(more_padding, torch.nn.functional.pad(batch.attention_mask, (0, 5))),
+        )
         torch.testing.assert_close(padded, rewards, atol=1e-5, rtol=0)
-        for row, (prompt, completion) in enumerate(zip(prompts, completions)):  # each sequence alone: no padding
-            ids = torch.tensor([tokenizer(prompt + completion)["input_ids"] + [tokenizer.eos_token_id]])
+        for row, (prompt, completion) in enumerate(
+            zip(prompts, completions)
+        ):  # each sequence alone: no padding
+            ids = torch.tensor(
+                [tokenizer(prompt + completion)["input_ids"] + [tokenizer.eos_token_id]]
+            )
             hidden = reward_model.base_model(input_ids=ids).last_hidden_state
-            assert rewards[row].item() == pytest.approx(reward_model.score(hidden[0, -1]).item(), abs=1e-5)
+            assert rewards[row].item() == pytest.approx(
+                reward_model.score(hidden[0, -1]).item(), abs=1e-5
+            )
 
 
 def test_reward_model_from_an_sft_model_copies_its_transformer(tokenizer):
@@ -106,8 +134,15 @@ def test_a_reward_model_whose_pad_is_eos_is_refused(tokenizer):
         build_reward_model(config)
 
 
-@pytest.mark.parametrize("kwargs, field", [(dict(family="mamba"), "family"), (dict(hidden_size=65), "hidden_size"),
-                                           (dict(num_layers=0), "num_layers"), (dict(max_positions=1.5), "max_positions")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(family="mamba"), "family"),
+        (dict(hidden_size=65), "hidden_size"),
+        (dict(num_layers=0), "num_layers"),
+        (dict(max_positions=1.5), "max_positions"),
+    ],
+)
 def test_bad_model_settings_are_refused(tokenizer, kwargs, field):
     with pytest.raises(ValueError, match=f"{field} must be"):
         tiny_config(tokenizer, **kwargs)
@@ -120,14 +155,19 @@ def test_critic_of_a_bf16_model_runs_and_keeps_its_head_in_float32(tokenizer, tm
     values = critic(ids, torch.ones_like(ids))
     assert values.dtype == torch.float32 and critic.value_head.weight.dtype == torch.float32
     critic.save_pretrained(tmp_path)
-    assert ValueHeadModel.from_pretrained(tmp_path)(ids, torch.ones_like(ids)).dtype == torch.float32
+    assert (
+        ValueHeadModel.from_pretrained(tmp_path)(ids, torch.ones_like(ids)).dtype == torch.float32
+    )
 
 
 def test_critic_values_do_not_change_with_left_padding(tokenizer):
-    critic = ValueHeadModel.from_pretrained_model(build_causal_lm(tiny_config(tokenizer, "gpt2"), seed=0)).eval()
+    critic = ValueHeadModel.from_pretrained_model(
+        build_causal_lm(tiny_config(tokenizer, "gpt2"), seed=0)
+    ).eval()
     torch.nn.init.normal_(critic.value_head.weight)
     ids = tokenizer("S318402:")["input_ids"]
     alone = critic(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
-    padded = critic(torch.tensor([[tokenizer.pad_token_id] * 3 + ids]),
-                    torch.tensor([[0] * 3 + [1] * len(ids)]))
+    padded = critic(
+        torch.tensor([[tokenizer.pad_token_id] * 3 + ids]), torch.tensor([[0] * 3 + [1] * len(ids)])
+    )
     torch.testing.assert_close(padded[:, 3:], alone, atol=1e-5, rtol=0)

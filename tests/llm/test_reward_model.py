@@ -6,8 +6,15 @@ import math
 import pytest
 import torch
 
-from rlkit.llm.reward_model import (RewardModelConfig, RewardModelTrainer, bradley_terry_loss, label_ceiling,
-                                    pair_rewards, pairwise_accuracy, train_reward_model)
+from rlkit.llm.reward_model import (
+    RewardModelConfig,
+    RewardModelTrainer,
+    bradley_terry_loss,
+    label_ceiling,
+    pair_rewards,
+    pairwise_accuracy,
+    train_reward_model,
+)
 from rlkit.llm.tasks import PreferencePair
 
 
@@ -18,10 +25,19 @@ def test_equal_rewards_give_log_two():
 
 def test_loss_equals_the_closed_form_and_the_margin_shifts_it():
     chosen, rejected = torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0.0, 2.0, -1.0])
-    expected = sum(math.log1p(math.exp(-(c - r))) for c, r in zip(chosen.tolist(), rejected.tolist())) / 3
+    expected = (
+        sum(math.log1p(math.exp(-(c - r))) for c, r in zip(chosen.tolist(), rejected.tolist())) / 3
+    )
     assert bradley_terry_loss(chosen, rejected).item() == pytest.approx(expected, abs=1e-6)
-    with_margin = sum(math.log1p(math.exp(-(c - r - 0.5))) for c, r in zip(chosen.tolist(), rejected.tolist())) / 3
-    assert bradley_terry_loss(chosen, rejected, margin=0.5).item() == pytest.approx(with_margin, abs=1e-6)
+    with_margin = (
+        sum(
+            math.log1p(math.exp(-(c - r - 0.5))) for c, r in zip(chosen.tolist(), rejected.tolist())
+        )
+        / 3
+    )
+    assert bradley_terry_loss(chosen, rejected, margin=0.5).item() == pytest.approx(
+        with_margin, abs=1e-6
+    )
 
 
 def test_loss_stays_finite_for_large_reward_gaps():
@@ -32,7 +48,9 @@ def test_loss_stays_finite_for_large_reward_gaps():
 def test_the_gradient_raises_chosen_and_lowers_rejected():
     chosen, rejected = torch.zeros(2, requires_grad=True), torch.zeros(2, requires_grad=True)
     bradley_terry_loss(chosen, rejected).backward()
-    assert torch.allclose(chosen.grad, torch.full((2,), -0.25)) and torch.allclose(rejected.grad, torch.full((2,), 0.25))
+    assert torch.allclose(chosen.grad, torch.full((2,), -0.25)) and torch.allclose(
+        rejected.grad, torch.full((2,), 0.25)
+    )
 
 
 def test_shapes_must_match():
@@ -41,7 +59,9 @@ def test_shapes_must_match():
 
 
 def test_an_empty_preference_set_is_refused():
-    with pytest.raises(ValueError, match="train_pairs must be a non-empty list of preference pairs"):
+    with pytest.raises(
+        ValueError, match="train_pairs must be a non-empty list of preference pairs"
+    ):
         RewardModelTrainer(RewardModelConfig(num_heldout_pairs=10), train_pairs=[])
 
 
@@ -58,7 +78,9 @@ def test_pair_rewards_score_chosen_and_rejected_separately(tokenizer):
 
 
 def test_resume_from_a_state_dict_is_exact():
-    config = RewardModelConfig(num_train_pairs=96, num_heldout_pairs=20, batch_size=32, epochs=2, eval_every=3)
+    config = RewardModelConfig(
+        num_train_pairs=96, num_heldout_pairs=20, batch_size=32, epochs=2, eval_every=3
+    )
     first = RewardModelTrainer(config)
     for _ in range(4):  # into the second epoch: the shuffled order must be restored
         first.run_update()
@@ -72,8 +94,18 @@ def test_resume_from_a_state_dict_is_exact():
     assert resumed.history == first.history and len(first.history) == 6
 
 
-@pytest.mark.parametrize("field, value", [("label_noise", 0.5), ("num_train_pairs", 0), ("margin", -1.0),
-                                          ("learning_rate", 2.0), ("epochs", 1.5), ("family", "rnn"), ("seed", 2**32)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("label_noise", 0.5),
+        ("num_train_pairs", 0),
+        ("margin", -1.0),
+        ("learning_rate", 2.0),
+        ("epochs", 1.5),
+        ("family", "rnn"),
+        ("seed", 2**32),
+    ],
+)
 def test_bad_config_fields_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"{field} must be"):
         RewardModelConfig(**{field: value})
@@ -86,7 +118,10 @@ def test_held_out_accuracy_comes_within_a_few_points_of_the_label_noise_ceiling(
     ceiling = label_ceiling(result.oracle, result.heldout_pairs)
     accuracy = result.history[-1]["heldout_accuracy"]
     assert 0.87 <= ceiling <= 0.93  # 10% label noise
-    assert accuracy >= ceiling - 0.08, (accuracy, ceiling)  # seeds 0-3 measured 4.4, 4.6, 6.4, 6.9 points below
+    assert accuracy >= ceiling - 0.08, (
+        accuracy,
+        ceiling,
+    )  # seeds 0-3 measured 4.4, 4.6, 6.4, 6.9 points below
     first = next(row["heldout_accuracy"] for row in result.history if "heldout_accuracy" in row)
     assert first < accuracy
 
@@ -94,17 +129,31 @@ def test_held_out_accuracy_comes_within_a_few_points_of_the_label_noise_ceiling(
 def test_a_reward_model_padded_differently_from_its_tokenizer_is_refused(tmp_path):
     from rlkit.llm.models import build_causal_lm, tiny_config
     from rlkit.llm.tokenizer import build_char_tokenizer
+
     tokenizer = build_char_tokenizer()
     model = build_causal_lm(tiny_config(tokenizer), seed=0)
     model.config.pad_token_id = tokenizer.unk_token_id
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"config.pad_token_id \(3\) differs from tokenizer.pad_token_id \(0\)"):
-        RewardModelTrainer(RewardModelConfig(sft_model_path=str(tmp_path), num_train_pairs=10, num_heldout_pairs=10))
+    with pytest.raises(
+        ValueError, match=r"config.pad_token_id \(3\) differs from tokenizer.pad_token_id \(0\)"
+    ):
+        RewardModelTrainer(
+            RewardModelConfig(
+                sft_model_path=str(tmp_path), num_train_pairs=10, num_heldout_pairs=10
+            )
+        )
 
 
 def test_sizes_that_cannot_work_are_refused_before_training():
-    with pytest.raises(ValueError, match="num_heldout_pairs must be at most half the number of 2-digit sort prompts"):
-        RewardModelConfig(num_digits=2)  # 1,000 held-out pairs on 100 prompts: training would have none left
+    with pytest.raises(
+        ValueError,
+        match="num_heldout_pairs must be at most half the number of 2-digit sort prompts",
+    ):
+        RewardModelConfig(
+            num_digits=2
+        )  # 1,000 held-out pairs on 100 prompts: training would have none left
     with pytest.raises(ValueError, match="num_digits must be small enough"):
-        RewardModelTrainer(RewardModelConfig(num_digits=40, num_train_pairs=10, num_heldout_pairs=10))
+        RewardModelTrainer(
+            RewardModelConfig(num_digits=40, num_train_pairs=10, num_heldout_pairs=10)
+        )

@@ -6,11 +6,23 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlkit.llm.sft import (IGNORE_INDEX, SFTConfig, SFTTrainer, completion_loss, evaluate_task, save_pretrained,
-                           sft_batch, train_sft)
-from rlkit.llm.tasks import AdditionTask, Example, SortTask
+from rlkit.llm.sft import (
+    IGNORE_INDEX,
+    SFTConfig,
+    SFTTrainer,
+    completion_loss,
+    evaluate_task,
+    save_pretrained,
+    sft_batch,
+    train_sft,
+)
+from rlkit.llm.tasks import Example, SortTask
 
-EXAMPLES = [Example("A1+2=", "3"), Example("A123+98=", "221"), Example("A99+1=", "100")]  # three lengths
+EXAMPLES = [
+    Example("A1+2=", "3"),
+    Example("A123+98=", "221"),
+    Example("A99+1=", "100"),
+]  # three lengths
 
 
 def test_labels_cover_the_answer_and_eos_only(tokenizer):
@@ -21,7 +33,10 @@ def test_labels_cover_the_answer_and_eos_only(tokenizer):
         assert labelled.sum().item() == len(example.answer) + 1
         assert not labelled[:prompt_length].any()
         answer_ids = batch.labels[row][labelled].tolist()
-        assert tokenizer.decode(answer_ids[:-1]) == example.answer and answer_ids[-1] == tokenizer.eos_token_id
+        assert (
+            tokenizer.decode(answer_ids[:-1]) == example.answer
+            and answer_ids[-1] == tokenizer.eos_token_id
+        )
         assert batch.attention_mask[row].sum().item() == prompt_length + len(example.answer) + 1
 
 
@@ -32,8 +47,12 @@ def test_completion_loss_equals_a_hand_written_token_mean(model, tokenizer):
         total, count = 0.0, 0
         for example in EXAMPLES:
             prompt = tokenizer(example.prompt)["input_ids"]
-            target = tokenizer(example.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-            logprobs = torch.log_softmax(model(input_ids=torch.tensor([prompt + target])).logits[0], -1)
+            target = tokenizer(example.answer, add_special_tokens=False)["input_ids"] + [
+                tokenizer.eos_token_id
+            ]
+            logprobs = torch.log_softmax(
+                model(input_ids=torch.tensor([prompt + target])).logits[0], -1
+            )
             for t, token in enumerate(target):
                 total -= logprobs[len(prompt) + t - 1, token].item()
                 count += 1
@@ -42,17 +61,24 @@ def test_completion_loss_equals_a_hand_written_token_mean(model, tokenizer):
 
 def test_completion_loss_equals_hugging_faces_own_loss(tokenizer):
     from rlkit.llm.models import build_causal_lm, tiny_config
-    model = build_causal_lm(tiny_config(tokenizer, "qwen2"), seed=1)  # a family whose HF loss needs no setting
+
+    model = build_causal_lm(
+        tiny_config(tokenizer, "qwen2"), seed=1
+    )  # a family whose HF loss needs no setting
     batch = sft_batch(tokenizer, EXAMPLES)
     with torch.no_grad():
-        theirs = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+        theirs = model(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels
+        ).loss
         assert completion_loss(model, batch).item() == pytest.approx(theirs.item(), abs=1e-6)
 
 
 @pytest.mark.learning
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_tiny_model_learns_six_digit_sorting_within_1500_steps(seed):
-    result = train_sft(SFTConfig(seed=seed, max_steps=1500, eval_every=50, stop_at_exact_match=0.95))
+    result = train_sft(
+        SFTConfig(seed=seed, max_steps=1500, eval_every=50, stop_at_exact_match=0.95)
+    )
     evaluations = [row for row in result.history if "exact_match" in row]
     assert evaluations[-1]["exact_match"] >= 0.95, evaluations[-1]
     assert evaluations[0]["exact_match"] < 0.2  # it did not know how before
@@ -71,7 +97,9 @@ def test_save_pretrained_reloads_with_auto_classes_and_answers_the_same(tmp_path
     model = AutoModelForCausalLM.from_pretrained(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     task, examples = SortTask(), [Example("S318402:", "012348"), Example("S555111:", "111555")]
-    assert evaluate_task(model, tokenizer, task, examples) == evaluate_task(result.model, result.tokenizer, task, examples)
+    assert evaluate_task(model, tokenizer, task, examples) == evaluate_task(
+        result.model, result.tokenizer, task, examples
+    )
     assert (tmp_path / "sft_config.json").exists() and (tmp_path / "sft_history.json").exists()
 
 
@@ -92,10 +120,23 @@ def test_same_seed_same_training_and_resume_is_exact():
     assert train_sft(config).history == first.history
 
 
-@pytest.mark.parametrize("field, value", [("task", "reverse"), ("num_digits", 0), ("family", "rnn"), ("batch_size", 0),
-                                          ("learning_rate", 0.0), ("learning_rate", float("nan")), ("warmup_steps", -1),
-                                          ("stop_at_exact_match", 1.5), ("seed", -1), ("device", "cuda:99"),
-                                          ("hidden_size", 66), ("max_grad_norm", 0.0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("task", "reverse"),
+        ("num_digits", 0),
+        ("family", "rnn"),
+        ("batch_size", 0),
+        ("learning_rate", 0.0),
+        ("learning_rate", float("nan")),
+        ("warmup_steps", -1),
+        ("stop_at_exact_match", 1.5),
+        ("seed", -1),
+        ("device", "cuda:99"),
+        ("hidden_size", 66),
+        ("max_grad_norm", 0.0),
+    ],
+)
 def test_bad_config_fields_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"{field} must be"):
         SFTConfig(**{field: value})

@@ -5,7 +5,14 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from rlkit.llm.tasks import AdditionTask, PreferenceOracle, PreferencePair, SortTask, TaskData, make_task
+from rlkit.llm.tasks import (
+    AdditionTask,
+    PreferenceOracle,
+    PreferencePair,
+    SortTask,
+    TaskData,
+    make_task,
+)
 from rlkit.llm.tokenizer import BOS, EOS, PAD, build_char_tokenizer
 
 
@@ -16,7 +23,12 @@ def test_one_token_per_character_after_bos(tokenizer):
 
 
 def test_special_tokens_are_distinct(tokenizer):
-    specials = {tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id}
+    specials = {
+        tokenizer.pad_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        tokenizer.unk_token_id,
+    }
     assert len(specials) == 4 and tokenizer.pad_token == PAD and tokenizer.eos_token == EOS
 
 
@@ -31,11 +43,16 @@ def test_save_and_reload_with_auto_tokenizer(tokenizer, tmp_path):
     text = "A123+98=221"
     assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
     assert (reloaded.pad_token_id, reloaded.eos_token_id, reloaded.bos_token_id) == (
-        tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id)
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        tokenizer.bos_token_id,
+    )
     assert reloaded.decode(reloaded(text)["input_ids"], skip_special_tokens=True) == text
 
 
-@pytest.mark.parametrize("alphabet, message", [("", "be a non-empty"), ("0120", "not repeat"), (None, "be a non-empty")])
+@pytest.mark.parametrize(
+    "alphabet, message", [("", "be a non-empty"), ("0120", "not repeat"), (None, "be a non-empty")]
+)
 def test_bad_alphabets_are_refused(alphabet, message):
     with pytest.raises(ValueError, match=f"alphabet must {message}"):
         build_char_tokenizer(alphabet)
@@ -44,10 +61,15 @@ def test_bad_alphabets_are_refused(alphabet, message):
 def test_sort_and_addition_answers():
     assert SortTask().answer("S318402:") == "012348"
     assert AdditionTask().answer("A123+98=") == "221"
-    assert SortTask().reward("S318402:", "012348") == 1.0 and SortTask().reward("S318402:", "01234") == 0.0
+    assert (
+        SortTask().reward("S318402:", "012348") == 1.0
+        and SortTask().reward("S318402:", "01234") == 0.0
+    )
 
 
-@pytest.mark.parametrize("task, prompt", [(SortTask(), "318402"), (SortTask(), "S31a:"), (AdditionTask(), "A1+=")])
+@pytest.mark.parametrize(
+    "task, prompt", [(SortTask(), "318402"), (SortTask(), "S31a:"), (AdditionTask(), "A1+=")]
+)
 def test_malformed_prompts_are_refused(task, prompt):
     with pytest.raises(ValueError, match="prompt must look like"):
         task.answer(prompt)
@@ -59,20 +81,29 @@ def test_unknown_task_is_refused():
 
 
 def test_heldout_prompts_never_appear_in_training_and_the_seed_fixes_both():
-    data = TaskData(SortTask(3), num_heldout=200, seed=0)  # 1000 problems: collisions would happen often
+    data = TaskData(
+        SortTask(3), num_heldout=200, seed=0
+    )  # 1000 problems: collisions would happen often
     heldout = {example.prompt for example in data.heldout}
     assert len(heldout) == 200
     training = [example.prompt for _ in range(50) for example in data.train_batch(64)]
     assert not heldout & set(training)
     again = TaskData(SortTask(3), num_heldout=200, seed=0)
-    assert again.heldout == data.heldout and [e.prompt for e in again.train_batch(64)] == training[:64]
+    assert (
+        again.heldout == data.heldout and [e.prompt for e in again.train_batch(64)] == training[:64]
+    )
     assert TaskData(SortTask(3), num_heldout=200, seed=1).heldout != data.heldout
 
 
 def test_more_heldout_problems_than_exist_is_refused():
-    with pytest.raises(ValueError, match=r"num_heldout must be at most half the number of distinct sort problems \(100\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"num_heldout must be at most half the number of distinct sort problems \(100\)",
+    ):
         TaskData(SortTask(2), num_heldout=51)
-    TaskData(SortTask(1), num_heldout=5).train_batch(64)  # the other five problems are drawn for training
+    TaskData(SortTask(1), num_heldout=5).train_batch(
+        64
+    )  # the other five problems are drawn for training
 
 
 def test_oracle_scores_the_answer_highest_and_counts_each_fault():
@@ -81,7 +112,9 @@ def test_oracle_scores_the_answer_highest_and_counts_each_fault():
     assert oracle.score("S318402:", "013248") == -1.0  # one pair out of order
     assert oracle.score("S318402:", "01234") == -1.0  # one character short
     assert oracle.score("S318402:", "012349") == -1.0  # 9 is not in the prompt
-    assert oracle.score("S300521:", "000125") == 0.0  # the labeller's blind spot: digit counts are not checked
+    assert (
+        oracle.score("S300521:", "000125") == 0.0
+    )  # the labeller's blind spot: digit counts are not checked
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.1, 0.3])
@@ -89,8 +122,12 @@ def test_oracle_flips_labels_at_the_stated_rate(noise):
     oracle = PreferenceOracle(label_noise=noise)
     pairs = oracle.pairs(4000, seed=0)
     flipped = sum(not oracle.agrees(pair) for pair in pairs) / len(pairs)
-    assert abs(flipped - noise) < 4 * (noise * (1 - noise) / len(pairs)) ** 0.5 + 1e-9  # within 4 standard errors
-    assert all(oracle.score(p.prompt, p.chosen) != oracle.score(p.prompt, p.rejected) for p in pairs)
+    assert (
+        abs(flipped - noise) < 4 * (noise * (1 - noise) / len(pairs)) ** 0.5 + 1e-9
+    )  # within 4 standard errors
+    assert all(
+        oracle.score(p.prompt, p.chosen) != oracle.score(p.prompt, p.rejected) for p in pairs
+    )
 
 
 def test_oracle_pairs_avoid_excluded_prompts_and_follow_the_seed():
@@ -99,13 +136,21 @@ def test_oracle_pairs_avoid_excluded_prompts_and_follow_the_seed():
     train = oracle.pairs(300, seed=0, exclude={pair.prompt for pair in heldout})
     assert not {p.prompt for p in heldout} & {p.prompt for p in train}
     assert oracle.pairs(300, seed=1) == heldout
-    other_seeds_heldout = oracle.pairs(300, seed=0, split="heldout")  # its own stream, not seed 0's training pairs
+    other_seeds_heldout = oracle.pairs(
+        300, seed=0, split="heldout"
+    )  # its own stream, not seed 0's training pairs
     assert len({p.prompt for p in other_seeds_heldout} & {p.prompt for p in train}) < 30
     assert isinstance(heldout[0], PreferencePair)
 
 
-@pytest.mark.parametrize("kwargs, field", [(dict(label_noise=0.5), "label_noise"), (dict(label_noise=-0.1), "label_noise"),
-                                           (dict(task=AdditionTask()), "task")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(label_noise=0.5), "label_noise"),
+        (dict(label_noise=-0.1), "label_noise"),
+        (dict(task=AdditionTask()), "task"),
+    ],
+)
 def test_bad_oracle_settings_are_refused(kwargs, field):
     with pytest.raises(ValueError, match=f"{field} must be"):
         PreferenceOracle(**kwargs)

@@ -5,7 +5,9 @@ import pytest
 
 from rlkit.tabular import run_bandit
 
-LAST = slice(900, 1000)  # "after 1,000 steps": the last 100 steps of 1,000, averaged over 2,000 runs
+LAST = slice(
+    900, 1000
+)  # "after 1,000 steps": the last 100 steps of 1,000, averaged over 2,000 runs
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +19,9 @@ def test_epsilon_greedy_beats_greedy_on_reward_and_optimal_action(figure_2_2):
     greedy, explorer = figure_2_2[0.0], figure_2_2[0.1]
     assert explorer.average_reward[LAST].mean() > greedy.average_reward[LAST].mean() + 0.2
     assert explorer.optimal_action[LAST].mean() > greedy.optimal_action[LAST].mean() + 0.3
-    assert 0.75 < explorer.optimal_action[LAST].mean() < 0.85  # the figure: about 80%, capped by exploration
+    assert (
+        0.75 < explorer.optimal_action[LAST].mean() < 0.85
+    )  # the figure: about 80%, capped by exploration
     assert figure_2_2[0.01].optimal_action[LAST].mean() > greedy.optimal_action[LAST].mean()
 
 
@@ -25,7 +29,9 @@ def test_optimistic_initial_values_beat_realistic_epsilon_greedy_late():
     optimistic = run_bandit(epsilon=0.0, initial_value=5.0, step_size=0.1, seed=1)
     realistic = run_bandit(epsilon=0.1, initial_value=0.0, step_size=0.1, seed=1)
     assert optimistic.optimal_action[LAST].mean() > realistic.optimal_action[LAST].mean()
-    assert optimistic.optimal_action[:5].mean() < realistic.optimal_action[:5].mean() + 0.05  # the early dip
+    assert (
+        optimistic.optimal_action[:5].mean() < realistic.optimal_action[:5].mean() + 0.05
+    )  # the early dip
 
 
 def test_ucb_beats_epsilon_greedy_on_average_reward():
@@ -41,9 +47,17 @@ def test_uniform_random_play_matches_its_closed_form():
 
 
 def test_reproducible_and_validated():
-    np.testing.assert_array_equal(run_bandit(0.1, steps=50, runs=10, seed=5).average_reward,
-                                  run_bandit(0.1, steps=50, runs=10, seed=5).average_reward)
-    for kwargs, name in (({"epsilon": 1.5}, "epsilon"), ({"step_size": 0.0}, "step_size"), ({"ucb_c": -1.0}, "ucb_c"),
-                         ({"k": 0}, "k"), ({"steps": 0}, "steps"), ({"runs": 2.5}, "runs")):
+    np.testing.assert_array_equal(
+        run_bandit(0.1, steps=50, runs=10, seed=5).average_reward,
+        run_bandit(0.1, steps=50, runs=10, seed=5).average_reward,
+    )
+    for kwargs, name in (
+        ({"epsilon": 1.5}, "epsilon"),
+        ({"step_size": 0.0}, "step_size"),
+        ({"ucb_c": -1.0}, "ucb_c"),
+        ({"k": 0}, "k"),
+        ({"steps": 0}, "steps"),
+        ({"runs": 2.5}, "runs"),
+    ):
         with pytest.raises(ValueError, match=name):
             run_bandit(**kwargs)

@@ -18,7 +18,9 @@ def iterative_policy_evaluation(P, R, policy, gamma, terminal, sweeps=2000):
             if terminal[state]:
                 continue
             for action in range(R.shape[1]):
-                new[state] += policy[state, action] * (R[state, action] + gamma * P[state, action] @ values)
+                new[state] += policy[state, action] * (
+                    R[state, action] + gamma * P[state, action] @ values
+                )
         values = new
     return values
 
@@ -27,7 +29,9 @@ def test_exact_solve_equals_iterative_sweeps_on_the_chapter1_gridworld():
     P, R, terminal = GridWorld("chapter1").model()
     policy = np.random.default_rng(0).dirichlet(np.ones(4), size=16)
     exact = exact_policy_values(P, R, policy, 0.9, terminal)
-    np.testing.assert_allclose(exact, iterative_policy_evaluation(P, R, policy, 0.9, terminal), atol=1e-10)
+    np.testing.assert_allclose(
+        exact, iterative_policy_evaluation(P, R, policy, 0.9, terminal), atol=1e-10
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -36,22 +40,32 @@ def test_monte_carlo_estimates_agree_with_the_exact_values(seed):
     policy = uniform_random_policy(16, 4)
     P, R, terminal = env.unwrapped.model()
     exact = exact_policy_values(P, R, policy, 0.9, terminal)
-    estimates, returns = monte_carlo_policy_values(env, policy, gamma=0.9, episodes_per_state=300, seed=seed)
+    estimates, returns = monte_carlo_policy_values(
+        env, policy, gamma=0.9, episodes_per_state=300, seed=seed
+    )
     for state, sampled in returns.items():
         standard_error = sampled.std(ddof=1) / np.sqrt(sampled.size)
-        assert abs(estimates[state] - exact[state]) < 4 * standard_error + 1e-3, state  # 1e-3: truncation at 100 steps
+        assert abs(estimates[state] - exact[state]) < 4 * standard_error + 1e-3, (
+            state
+        )  # 1e-3: truncation at 100 steps
 
 
 def test_monte_carlo_is_reproducible_for_a_seed():
     env = gym.make("rlkit/GridWorld-v0")
-    first = monte_carlo_policy_values(env, uniform_random_policy(16, 4), 0.9, episodes_per_state=5, seed=3)[0]
-    second = monte_carlo_policy_values(env, uniform_random_policy(16, 4), 0.9, episodes_per_state=5, seed=3)[0]
+    first = monte_carlo_policy_values(
+        env, uniform_random_policy(16, 4), 0.9, episodes_per_state=5, seed=3
+    )[0]
+    second = monte_carlo_policy_values(
+        env, uniform_random_policy(16, 4), 0.9, episodes_per_state=5, seed=3
+    )[0]
     np.testing.assert_array_equal(first, second)
 
 
 def test_bad_input_raises_clear_errors():
     P, R, terminal = GridWorld("sutton_barto_4x4").model()
-    always_up = np.tile([1.0, 0.0, 0.0, 0.0], (16, 1))  # never reaches a terminal from the bottom row
+    always_up = np.tile(
+        [1.0, 0.0, 0.0, 0.0], (16, 1)
+    )  # never reaches a terminal from the bottom row
     with pytest.raises(ValueError, match="singular"):
         exact_policy_values(P, R, always_up, 1.0, terminal)
     with pytest.raises(ValueError, match="policy"):
@@ -61,4 +75,6 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="terminal must be a boolean array"):
         exact_policy_values(P, R, uniform_random_policy(16, 4), 0.9, terminal.astype(int))
     with pytest.raises(ValueError, match="episodes_per_state"):
-        monte_carlo_policy_values(gym.make("rlkit/GridWorld-v0"), uniform_random_policy(16, 4), 0.9, episodes_per_state=0)
+        monte_carlo_policy_values(
+            gym.make("rlkit/GridWorld-v0"), uniform_random_policy(16, 4), 0.9, episodes_per_state=0
+        )
