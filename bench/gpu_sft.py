@@ -98,9 +98,8 @@ def train_rate(
         optimizer.step()
         return loss.detach()
 
-    batch = random_sft_batch(
-        size, device
-    )  # one batch, memorised: the loss must fall if the step is right
+    # one batch, memorised: the loss must fall if the step is right
+    batch = random_sft_batch(size, device)
     first = step().item()
     for _ in range(2):
         step()
@@ -125,10 +124,11 @@ def generation_rate(model, size: str, device: str, use_cache: bool) -> float:
     ]
     prompt_batch = left_pad(prompts, tokenizer.pad_token_id, device)
     config = sampling_config(tokenizer, new, temperature=1.0)
+    # every row generates exactly `new` tokens
     config.min_new_tokens, config.use_cache = (
         new,
         use_cache,
-    )  # every row generates exactly `new` tokens
+    )
     synchronize(device)
     start = time.perf_counter()
     with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -180,9 +180,8 @@ def main() -> None:
     tokens_per_second = statistics.median(rate for rate, _, _ in rounds)
     first_loss, last_loss = rounds[0][1], rounds[-1][2]
     print(f"training: {tokens_per_second:,.0f} tokens/s, loss {first_loss:.3f} -> {last_loss:.3f}")
-    generation_rate(
-        model, args.size, device, True
-    )  # untimed: first-call costs (kernels, cache allocation)
+    # untimed: first-call costs (kernels, cache allocation)
+    generation_rate(model, args.size, device, True)
     cached = statistics.median(
         generation_rate(model, args.size, device, True) for _ in range(args.rounds)
     )

@@ -121,9 +121,8 @@ class A3CConfig:
             "two numbers in [0, 1)",
             self.adam_betas,
         )
-        beta1, beta2 = (
-            self.adam_betas
-        )  # Adam's step is bounded when beta1 = 0 or beta1**2 < beta2 (eq-adam-step-bound)
+        # Adam's step is bounded when beta1 = 0 or beta1**2 < beta2 (eq-adam-step-bound)
+        beta1, beta2 = self.adam_betas
         require(
             beta1 == 0 or beta1**2 < beta2,
             "adam_betas",
@@ -180,9 +179,8 @@ class SharedAdam(torch.optim.Adam):
                 state["step"] += 1
                 exp_avg = torch.lerp(state["exp_avg"], grad, 1 - beta1)
                 exp_avg_sq = torch.addcmul(state["exp_avg_sq"] * beta2, grad, grad, value=1 - beta2)
-                state["exp_avg"].copy_(
-                    exp_avg
-                )  # one write each: no half-updated moment for another worker to read
+                # one write each: no half-updated moment for another worker to read
+                state["exp_avg"].copy_(exp_avg)
                 state["exp_avg_sq"].copy_(exp_avg_sq)
                 adam_move(
                     parameter,
@@ -203,9 +201,8 @@ class SharedRun:
     flat: torch.nn.Parameter  # the shared model's parameters
     optimizer: SharedAdam
     worker_steps: torch.Tensor  # [num_workers], environment steps played by each worker
-    episodes: (
-        torch.Tensor
-    )  # [num_workers, MAX_LOGGED_EPISODES, 3]: (total steps, return, time.time()) at its end
+    # [num_workers, MAX_LOGGED_EPISODES, 3]: (total steps, return, time.time()) at its end
+    episodes: torch.Tensor
     episode_counts: torch.Tensor  # [num_workers]
 
 
@@ -244,9 +241,8 @@ def worker_loop(rank: int, config: A3CConfig, run: SharedRun) -> None:
     local = make_agent(config, envs)
     local_flat = flatten_parameters(local)
     local_flat.data.copy_(run.flat.data)
-    run.flat.grad = (
-        local_flat.grad
-    )  # this process's view of the shared model takes this worker's gradient
+    # this process's view of the shared model takes this worker's gradient
+    run.flat.grad = local_flat.grad
     collector = RolloutCollector(envs, local, config.num_steps, config.gamma, seed)
     while int(run.worker_steps.sum()) < config.total_steps:
         progress = float(run.worker_steps.sum()) / config.total_steps
@@ -320,9 +316,8 @@ def worker_context():
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload(
-        ["rlkit.a3c", "torch._dynamo"]
-    )  # torch.optim imports the latter lazily: once here
+    # torch.optim imports the latter lazily: once here
+    context.set_forkserver_preload(["rlkit.a3c", "torch._dynamo"])
     return context
 
 

@@ -195,9 +195,8 @@ class ReplayBuffer:
         self.size, self.position = state["size"], state["position"]
 
     def sample(self, batch_size: int, generator: torch.Generator):
-        index = torch.randint(self.size, (batch_size,), generator=generator).to(
-            self.device
-        )  # CPU generator: same draws on any device
+        # CPU generator: same draws on any device
+        index = torch.randint(self.size, (batch_size,), generator=generator).to(self.device)
         return (
             self.obs[index],
             self.actions[index],
@@ -305,9 +304,8 @@ class DQNTrainer(StepBudgetTrainer):
                     ).argmax()
                 )
         next_obs, reward, terminated, truncated, info = env.step(action)
-        self.buffer.add(
-            self.obs, action, reward, next_obs, terminated
-        )  # next_obs is the true final one, also when truncated
+        # next_obs is the true final one, also when truncated
+        self.buffer.add(self.obs, action, reward, next_obs, terminated)
         self.obs = next_obs
         if terminated or truncated:
             self.recent_returns = (self.recent_returns + [float(info["episode"]["r"])])[-10:]

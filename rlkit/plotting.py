@@ -57,9 +57,8 @@ def plot_value_heatmap(
     if walls is not None:
         blank |= _as_grid("walls", walls, shape).astype(bool)
     ax = plt.gca() if ax is None else ax
-    colours = matplotlib.colormaps[cmap].with_extremes(
-        bad="0.25"
-    )  # walls, unknown values: dark grey
+    # walls, unknown values: dark grey
+    colours = matplotlib.colormaps[cmap].with_extremes(bad="0.25")
     image = ax.imshow(np.ma.masked_array(grid, mask=blank), cmap=colours, vmin=vmin, vmax=vmax)
     low, high = image.get_clim()
     for (row, col), value in np.ndenumerate(grid):

@@ -206,9 +206,8 @@ def collect_episodes(
                 )
             )
             ended = running & (terminated | truncated)
-            final_obs[ended] = next_obs[
-                ended
-            ]  # NEXT_STEP mode: the step's observation is the final one
+            # NEXT_STEP mode: the step's observation is the final one
+            final_obs[ended] = next_obs[ended]
             running &= ~ended
             obs = next_obs
     stacked = [

@@ -40,9 +40,8 @@ class Rollout:
     rewards: torch.Tensor  # with gamma * V(final obs) added at truncated steps
     dones: torch.Tensor  # 1 where the episode ended at this step (terminated or truncated)
     last_value: torch.Tensor  # [num_envs]: V(observation after the last step), GAE's bootstrap
-    episode_returns: list[float] = field(
-        default_factory=list
-    )  # undiscounted returns of episodes ended here
+    # undiscounted returns of episodes ended here
+    episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
 
     @property

@@ -214,17 +214,15 @@ def train_run(
         save_checkpoint(_final_state(spec, result), out / CHECKPOINT_FILE)
         write_metrics(out, result.history)
         return result
-    trainer = spec.trainer(
-        config
-    )  # builds the envs and the agent: a config they refuse leaves no run behind
+    # builds the envs and the agent: a config they refuse leaves no run behind
+    trainer = spec.trainer(config)
     try:
         if not resume:
             save_config(out, spec.name, config, checkpoint_every)
         elif (out / CHECKPOINT_FILE).is_file():
             trainer.load_state_dict(load_checkpoint(out / CHECKPOINT_FILE))
-            write_metrics(
-                out, trainer.history
-            )  # a crash may have come between the checkpoint and the metrics
+            # a crash may have come between the checkpoint and the metrics
+            write_metrics(out, trainer.history)
         logger = _tensorboard(out, trainer.history[-1]["step"] + 1 if trainer.history else None)
     except BaseException:
         trainer.close()
@@ -237,9 +235,8 @@ def train_run(
             for row in trainer.history[logged:]:  # DQN's last call may add no row
                 for name, value in row.items():
                     if name != "step":
-                        logger.add_scalar(
-                            name, value, row["step"]
-                        )  # x-axis: environment steps, as in rlkit plot
+                        # x-axis: environment steps, as in rlkit plot
+                        logger.add_scalar(name, value, row["step"])
         logged = len(trainer.history)
         if trainer.updates_done % checkpoint_every == 0 or trainer.finished:
             for module in trainer.modules():

@@ -170,12 +170,10 @@ class TrainingDiverged(RuntimeError):
     """A loss, a gradient norm or another logged quantity turned NaN or infinite."""
 
 
-MAY_BE_UNDEFINED = frozenset(
-    {"explained_variance"}
-)  # NaN by definition when every return is the same (Var[R] = 0)
-SETTINGS = frozenset(
-    {"learning_rate", "clip_eps", "epsilon"}
-)  # scheduled hyperparameters, not measurements (inf: never clip)
+# NaN by definition when every return is the same (Var[R] = 0)
+MAY_BE_UNDEFINED = frozenset({"explained_variance"})
+# scheduled hyperparameters, not measurements (inf: never clip)
+SETTINGS = frozenset({"learning_rate", "clip_eps", "epsilon"})
 
 
 class Trainer:

@@ -60,9 +60,8 @@ def test_a2c_loss_against_a_hand_computation():
     torch.manual_seed(0)
     logits, actions = torch.randn(10, 3, requires_grad=True), torch.randint(0, 3, (10,))
     values, returns = torch.randn(10, requires_grad=True), torch.randn(10)
-    advantages = (
-        returns - values
-    )  # computed from the critic, as in training: it must enter only as a constant
+    # computed from the critic, as in training: it must enter only as a constant
+    advantages = returns - values
     logp = torch.log_softmax(logits, -1)
     logprobs = logp.gather(1, actions[:, None]).squeeze(1)
     entropies = -(logp.exp() * logp).sum(-1)

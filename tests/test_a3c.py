@@ -26,9 +26,8 @@ def test_model_and_every_optimizer_statistic_live_in_shared_memory():
     agent = make_agent(config, make_vector_env(config.env_id, 1))
     run = shared_run(config, agent)
     assert run.flat.is_shared()
-    assert all(
-        parameter.is_shared() for parameter in agent.parameters()
-    )  # the module's views follow the buffer
+    # the module's views follow the buffer
+    assert all(parameter.is_shared() for parameter in agent.parameters())
     state = run.optimizer.state[run.flat]
     assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
     for name in ("step", "exp_avg", "exp_avg_sq"):
@@ -145,9 +144,8 @@ def test_workers_train_the_shared_model_and_log_their_episodes():
     assert any(
         not torch.equal(initial[name], tensor) for name, tensor in result.agent.state_dict().items()
     )
-    assert not any(
-        parameter.is_shared() for parameter in result.agent.parameters()
-    )  # a private copy
+    # a private copy
+    assert not any(parameter.is_shared() for parameter in result.agent.parameters())
     steps = result.column("step")
     assert (
         len(steps) > 20

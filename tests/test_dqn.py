@@ -22,12 +22,10 @@ def test_td_targets_single_and_double_by_hand():
     rewards, terminated = torch.tensor([1.0, 1.0]), torch.tensor([0.0, 1.0])
     single = td_targets(target, online, rewards, next_obs, terminated, 0.5, double=False)
     double = td_targets(target, online, rewards, next_obs, terminated, 0.5, double=True)
-    torch.testing.assert_close(
-        single, torch.tensor([1.0 + 0.5 * 3.0, 1.0])
-    )  # max of the target net
-    torch.testing.assert_close(
-        double, torch.tensor([1.0 + 0.5 * 2.0, 1.0])
-    )  # online picks a=0, target values it
+    # max of the target net
+    torch.testing.assert_close(single, torch.tensor([1.0 + 0.5 * 3.0, 1.0]))
+    # online picks a=0, target values it
+    torch.testing.assert_close(double, torch.tensor([1.0 + 0.5 * 2.0, 1.0]))
 
 
 def test_replay_buffer_wraps_around():
@@ -135,8 +133,7 @@ def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_t
             expected, *_ = replay.step(int(action))
             np.testing.assert_allclose(next_obs, expected, rtol=1e-6)
             if index + 1 < len(stored):
-                assert not np.allclose(
-                    stored[index + 1][0], next_obs
-                )  # the next episode starts elsewhere
+                # the next episode starts elsewhere
+                assert not np.allclose(stored[index + 1][0], next_obs)
         elif index + 1 < len(stored):
             np.testing.assert_array_equal(stored[index + 1][0], next_obs)

@@ -28,15 +28,17 @@ from rlkit.evaluation import aggregate, curve_band, iqm, stratified_bootstrap_ci
         ([4.0, 1.0, 3.0, 2.0], 2.5),  # n = 4: cut 1 at each end -> mean(2, 3)
         ([5.0, 1.0, 4.0, 2.0, 3.0], 3.0),  # n = 5: int(1.25) = 1 -> mean(2, 3, 4)
         ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 3.5),  # n = 6: int(1.5) = 1 -> mean(2..5)
+        # n = 7: int(1.75) = 1 -> mean(3..7): outliers gone
         (
             [100.0, -50.0, 3.0, 4.0, 5.0, 6.0, 7.0],
             5.0,
-        ),  # n = 7: int(1.75) = 1 -> mean(3..7): outliers gone
+        ),
         ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], 4.5),  # n = 8: cut 2 -> mean(3..6)
+        # a score matrix is flattened: mean(1, 2, 3, 4)
         (
             [[1.0, 100.0], [2.0, 3.0], [4.0, -7.0]],
             2.5,
-        ),  # a score matrix is flattened: mean(1, 2, 3, 4)
+        ),
     ],
 )
 def test_iqm_by_hand(values, expected):
@@ -104,9 +106,8 @@ SCORES = np.array(
         [0.19, 0.71, 0.55],
     ]
 )
-ONE_TASK = np.array(
-    [212.0, 487.5, 500.0, 350.25, 498.0, 130.0, 455.5, 500.0, 401.0, 276.75]
-)  # 10 runs
+# 10 runs
+ONE_TASK = np.array([212.0, 487.5, 500.0, 350.25, 498.0, 130.0, 455.5, 500.0, 401.0, 276.75])
 
 # (scores, statistic): (point, low, high) from rliable, reps=200,000 (see the module docstring)
 RLIABLE = {
@@ -129,9 +130,8 @@ def test_aggregates_by_hand():
     # scores above 1 count as 1: 1.05 and 1.31 are clipped
     assert aggregate(SCORES, "optimality_gap") == pytest.approx(1 - np.minimum(SCORES, 1).mean())
     assert aggregate(SCORES, "optimality_gap", threshold=2.0) == pytest.approx(2 - SCORES.mean())
-    assert aggregate([3.0, 1.0, 2.0], "median") == pytest.approx(
-        2.0
-    )  # one task: the median of task means is the mean
+    # one task: the median of task means is the mean
+    assert aggregate([3.0, 1.0, 2.0], "median") == pytest.approx(2.0)
     assert aggregate([3.0, 1.0, 8.0], "median") == pytest.approx(4.0)
 
 
@@ -242,9 +242,8 @@ def test_stratification_keeps_tasks_apart():
         point, low, high = stratified_bootstrap_ci(scores, statistic, reps=2000)
         assert point == low == high == 50.0
     pooled = scores.ravel()[np.random.default_rng(0).integers(0, 8, size=(2000, 8))].mean(axis=1)
-    assert (
-        np.quantile(pooled, 0.975) - np.quantile(pooled, 0.025) > 40
-    )  # what mixing the tasks would report
+    # what mixing the tasks would report
+    assert np.quantile(pooled, 0.975) - np.quantile(pooled, 0.025) > 40
 
 
 def test_each_task_draws_its_own_runs():

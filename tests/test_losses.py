@@ -90,11 +90,12 @@ def test_clipped_policy_loss_is_minus_mean_advantage_at_ratio_one():
         (math.log(1.5), 1.0, True),  # positive advantage, ratio above 1 + eps: clipped
         (math.log(0.5), -1.0, True),  # negative advantage, ratio below 1 - eps: clipped
         (math.log(1.1), 1.0, False),  # inside the range
+        # positive advantage, ratio below: the unclipped term is the max
         (
             math.log(0.5),
             1.0,
             False,
-        ),  # positive advantage, ratio below: the unclipped term is the max
+        ),
         (math.log(1.5), -1.0, False),  # negative advantage, ratio above: unclipped, pessimistic
     ],
 )
@@ -117,9 +118,8 @@ def test_clip_eps_high_widens_only_the_upper_side():
     higher = clipped_policy_loss(new, old, advantages, clip_eps=0.2, clip_eps_high=0.28)
     assert symmetric.item() == pytest.approx((-1.2 + 0.8) / 2)
     assert higher.item() == pytest.approx((-1.25 + 0.8) / 2)
-    assert clip_fraction(new, old, 0.2).item() == pytest.approx(
-        1.0
-    )  # 1.25 and 0.75 both outside [0.8, 1.2]
+    # 1.25 and 0.75 both outside [0.8, 1.2]
+    assert clip_fraction(new, old, 0.2).item() == pytest.approx(1.0)
     assert clip_fraction(new, old, 0.2, clip_eps_high=0.28).item() == pytest.approx(0.5)
 
 
@@ -139,9 +139,8 @@ def test_clipped_value_loss_equals_deepspeed_chat(seed):
 def test_clipped_value_loss_is_half_mse_inside_the_clip_range_and_without_clipping():
     gen = torch.Generator().manual_seed(0)
     old_values = torch.randn(3, 5, generator=gen, dtype=torch.float64)
-    values = old_values + 0.1 * torch.rand(
-        3, 5, generator=gen, dtype=torch.float64
-    )  # |V - V_old| < 0.2
+    # |V - V_old| < 0.2
+    values = old_values + 0.1 * torch.rand(3, 5, generator=gen, dtype=torch.float64)
     returns = torch.randn(3, 5, generator=gen, dtype=torch.float64)
     half_mse = 0.5 * ((values - returns) ** 2).mean()
     assert clipped_value_loss(values, old_values, returns, clip_eps=0.2).item() == pytest.approx(

@@ -110,10 +110,11 @@ def reference_update(agent, rollout, config, clip_eps):
     [
         ("CartPole-v1", {}),
         ("CartPole-v1", dict(value_clip_eps=0.2, ent_coef=0.01)),
+        # the minibatch is the whole rollout
         (
             "CartPole-v1",
             dict(minibatch_size=64, num_epochs=3),
-        ),  # the minibatch is the whole rollout
+        ),
         ("CartPole-v1", dict(max_grad_norm=0.05)),  # the clip is active at every step
         ("Pendulum-v1", dict(value_clip_eps=0.5, ent_coef=0.01)),
     ],
@@ -144,9 +145,8 @@ def test_ppo_loss_against_a_hand_computation():
     config = small_config(value_clip_eps=0.1, ent_coef=0.05, vf_coef=0.7)
     agent, rollout = collect_one(config)
     batch = ppo.Batch.from_rollout(rollout, torch.randn(64), torch.randn(64))
-    batch.logprobs = batch.logprobs + 0.3 * torch.randn(
-        64
-    )  # ratios well away from 1, both sides of the clip
+    # ratios well away from 1, both sides of the clip
+    batch.logprobs = batch.logprobs + 0.3 * torch.randn(64)
     loss, parts = ppo.ppo_loss(agent, batch, config, clip_eps=0.2, normalize_advantages=True)
     head, values = agent(batch.obs)
     logp = torch.log_softmax(head, -1)
@@ -174,9 +174,8 @@ def test_minibatches_are_a_fresh_permutation_each_epoch():
     ]
     for minibatches in epochs:
         assert [len(m) for m in minibatches] == [4, 4, 4]
-        assert sorted(torch.cat(minibatches).tolist()) == list(
-            range(12)
-        )  # each transition exactly once
+        # each transition exactly once
+        assert sorted(torch.cat(minibatches).tolist()) == list(range(12))
     assert not torch.equal(torch.cat(epochs[0]), torch.cat(epochs[1]))  # shuffled anew
     whole = list(ppo.minibatches(batch, 12, generator))
     assert len(whole) == 1 and whole[0] is batch
@@ -205,9 +204,8 @@ def test_learning_rate_and_clip_range_anneal_linearly(monkeypatch):
     )
     config = small_config(total_steps=640, clip_schedule="linear")
     history = ppo.train(config).history
-    assert used_rates == [
-        row["learning_rate"] for row in history for _ in range(16)
-    ]  # 4 epochs x 4 minibatches
+    # 4 epochs x 4 minibatches
+    assert used_rates == [row["learning_rate"] for row in history for _ in range(16)]
     fractions = [1 - index / 10 for index in range(10)]
     assert [row["learning_rate"] for row in history] == pytest.approx([3e-4 * f for f in fractions])
     assert [row["clip_eps"] for row in history] == pytest.approx([0.2 * f for f in fractions])
@@ -229,9 +227,8 @@ def test_continuous_policy_starts_at_the_given_spread_and_evaluates_within_the_b
     result = ppo.train(config)
     assert result.agent.continuous and result.agent.log_std.shape == (1,)
     assert result.history[-1]["action_std"] == pytest.approx(result.agent.log_std.exp().item())
-    assert result.history[0]["action_std"] == pytest.approx(
-        math.exp(-0.5), abs=0.02
-    )  # one update from the start
+    # one update from the start
+    assert result.history[0]["action_std"] == pytest.approx(math.exp(-0.5), abs=0.02)
     act = ppo.greedy_actions(result.agent, __import__("gymnasium").make("Pendulum-v1").action_space)
     result.agent.weight2.data[0].fill_(10.0)  # a mean far outside [-2, 2]
     actions = act(torch.randn(50, 3))
@@ -286,10 +283,11 @@ BAD_CONFIGS = [
     (dict(ent_coef=-0.01), "ent_coef"),
     (dict(vf_coef="0.5"), "vf_coef"),
     (dict(normalize_advantages="yes"), "normalize_advantages"),
+    # whitening one advantage
     (
         dict(minibatch_size=1, num_envs=1, num_steps=4),
         "normalize_advantages",
-    ),  # whitening one advantage
+    ),
     (dict(hidden_sizes=64), "hidden_sizes"),
     (dict(activation="gelu"), "activation"),
     (dict(num_epochs=True), "num_epochs"),

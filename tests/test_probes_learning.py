@@ -175,9 +175,8 @@ def test_a_dqn_that_bootstraps_across_termination_fails_the_constant_reward_prob
 
 
 def test_a_dqn_with_the_wrong_discount_fails_the_delayed_reward_probe():
-    result = train(
-        "dqn", DELAYED, seed=0, gamma=0.99
-    )  # the agent discounts by 0.99; the check expects 0.5
+    # the agent discounts by 0.99; the check expects 0.5
+    result = train("dqn", DELAYED, seed=0, gamma=0.99)
     failures = probe_failures(DELAYED, GAMMA, **predictions("dqn", result, DELAYED))
     assert len(failures) == 1 and "Q at observation +0" in failures[0], failures
 

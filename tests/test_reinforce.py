@@ -35,9 +35,8 @@ class ConstantValue(torch.nn.Module):
 def two_episodes() -> EpisodeBatch:
     """Row 0 terminates after 2 steps (then the autoreset step and padding); row 1 is truncated after 3."""
     mask = torch.tensor([[1.0, 1, 0, 0], [1, 1, 1, 0]])
-    rewards = torch.tensor(
-        [[1.0, 2, 0, 7], [1, 1, 1, 7]]
-    )  # the 7s sit on masked steps and must not count
+    # the 7s sit on masked steps and must not count
+    rewards = torch.tensor([[1.0, 2, 0, 7], [1, 1, 1, 7]])
     terminated = torch.tensor([[0.0, 1, 0, 0], [0, 0, 0, 0]])
     truncated = torch.tensor([[0.0, 0, 0, 0], [0, 0, 1, 0]])
     obs = torch.zeros(2, 4, 1)
@@ -153,9 +152,8 @@ def test_masked_steps_never_reach_the_gradient():
 
     def gradient(b):
         policy.zero_grad()
-        advantages = (
-            returns_to_go(b, GAMMA, ConstantValue(3.0)) - 1.0
-        )  # non-zero wherever the mask fails
+        # non-zero wherever the mask fails
+        advantages = returns_to_go(b, GAMMA, ConstantValue(3.0)) - 1.0
         reinforce_loss(policy, b, advantages).backward()
         return torch.cat([p.grad.flatten() for p in policy.parameters()])
 
@@ -170,15 +168,13 @@ def test_a_terminated_episode_ends_with_termination_and_no_bootstrap():
     torch.manual_seed(0)
     batch = collect_episodes(make_envs("CartPole-v1", 4), CategoricalPolicy(4, 2, (8,)), seed=0)
     lengths = batch.mask.sum(dim=1)
-    assert torch.all(lengths < 500) and torch.all(
-        batch.terminated.sum(dim=1) == 1
-    )  # a random policy falls
+    # a random policy falls
+    assert torch.all(lengths < 500) and torch.all(batch.terminated.sum(dim=1) == 1)
     last = (lengths - 1).long()
     assert torch.all(batch.terminated[torch.arange(4), last] == 1)
     returns = returns_to_go(batch, GAMMA, ConstantValue(100.0))
-    torch.testing.assert_close(
-        returns, returns_to_go(batch, GAMMA)
-    )  # V(final) is not added after a fall
+    # V(final) is not added after a fall
+    torch.testing.assert_close(returns, returns_to_go(batch, GAMMA))
 
 
 @pytest.fixture(scope="module")

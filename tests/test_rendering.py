@@ -55,9 +55,8 @@ def test_the_last_frame_is_kept_when_every_skips_it(tmp_path):
         length += 1
     length += 1
     record_gif("CartPole-v1", push_left, tmp_path / "e.gif", seed=4, every=length + 5, fps=100)
-    assert total_duration(Image.open(tmp_path / "e.gif")) == 2 * 10 * (
-        length + 5
-    )  # the reset frame and the last
+    # the reset frame and the last
+    assert total_duration(Image.open(tmp_path / "e.gif")) == 2 * 10 * (length + 5)
 
 
 @pytest.mark.parametrize("field", ["max_steps", "fps", "every", "width"])

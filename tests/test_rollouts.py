@@ -29,9 +29,8 @@ def test_shapes_and_the_observation_carried_across_collects():
     ) and first.actions.shape == first.rewards.shape == first.dones.shape == (3, 7)
     second = collector.collect()
     with torch.no_grad():
-        torch.testing.assert_close(
-            first.last_value, agent.value(second.obs[:, 0])
-        )  # the bootstrap is V(next obs)
+        # the bootstrap is V(next obs)
+        torch.testing.assert_close(first.last_value, agent.value(second.obs[:, 0]))
     assert collector.env_steps == 42
 
 
@@ -89,9 +88,8 @@ def test_continuous_actions_are_stored_as_drawn_not_clipped():
     with torch.no_grad():
         agent.log_std.fill_(2.0)  # wide: many draws fall outside [-2, 2]
     rollout = RolloutCollector(envs, agent, 50, GAMMA, seed=0).collect()
-    assert (
-        rollout.actions.abs().max() > 2.0
-    )  # stored unclipped (the log-probability is of this draw)
+    # stored unclipped (the log-probability is of this draw)
+    assert rollout.actions.abs().max() > 2.0
 
 
 @pytest.mark.parametrize(

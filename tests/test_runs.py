@@ -33,9 +33,8 @@ SMALL = {
     ),
     "a2c": a2c.A2CConfig(total_steps=40 * 40, seed=3, lr_schedule="linear"),
     "a2c-adam": a2c.A2CConfig(total_steps=40 * 40, optimizer="adam", batched_env=False),
-    "a2c-mountaincar": a2c.A2CConfig(
-        env_id="MountainCar-v0", total_steps=40 * 12, seed=1
-    ),  # its state is a tuple
+    # its state is a tuple
+    "a2c-mountaincar": a2c.A2CConfig(env_id="MountainCar-v0", total_steps=40 * 12, seed=1),
     "reinforce": reinforce.ReinforceConfig(total_steps=3000, seed=3),
     "reinforce-no-baseline": reinforce.ReinforceConfig(total_steps=3000, baseline=False),
     "dqn": dqn.DQNConfig(
@@ -101,9 +100,8 @@ def test_a_resumed_run_differs_without_the_environment_state(tmp_path):
         first.run_update()
     state = first.state_dict()
     first.close()
-    state["collector"]["envs"] = env_state(
-        ppo.PPOTrainer(config).envs
-    )  # a fresh env's state instead
+    # a fresh env's state instead
+    state["collector"]["envs"] = env_state(ppo.PPOTrainer(config).envs)
     resumed = ppo.PPOTrainer(config)
     resumed.load_state_dict(state)
     assert fit(resumed).history != uninterrupted.history
@@ -167,9 +165,8 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypa
     ):
         save_checkpoint({"version": 2}, path)
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "checkpoint.pt"
-    ]  # no partial file left behind
+    # no partial file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
 
 
 def test_a_run_whose_checkpoint_write_fails_stops_with_a_clear_error(tmp_path, monkeypatch):
@@ -484,9 +481,8 @@ def test_a_crash_between_checkpoint_and_metrics_is_repaired_on_resume(tmp_path):
     out = tmp_path / "run"
     train_run("a2c", SMALL["a2c"], out, checkpoint_every=7)
     complete = (out / "metrics.csv").read_text()
-    (out / "metrics.csv").write_text(
-        "\n".join(complete.splitlines()[:-3]) + "\n"
-    )  # the last write never happened
+    # the last write never happened
+    (out / "metrics.csv").write_text("\n".join(complete.splitlines()[:-3]) + "\n")
     train_run("a2c", SMALL["a2c"], out, resume=True)
     assert (out / "metrics.csv").read_text() == complete
 

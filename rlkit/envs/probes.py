@@ -156,9 +156,8 @@ class ProbeDelayedReward(ProbeEnv):
     @classmethod
     def q_values(cls, obs, gamma):
         o = np.asarray(obs, dtype=np.float64)[..., :1]
-        return np.where(
-            o == 1.0, 1.0, gamma
-        )  # the first step's reward is 0, then V(1) = 1 discounted once
+        # the first step's reward is 0, then V(1) = 1 discounted once
+        return np.where(o == 1.0, 1.0, gamma)
 
 
 class ProbeActionReward(ProbeEnv):

@@ -109,9 +109,8 @@ class Rollout:
     prompts: PromptBatch
     response_ids: torch.Tensor
     response_mask: torch.Tensor
-    logprobs: (
-        torch.Tensor
-    )  # log pi(response_t | prompt, response_<t) at the sampling temperature; 0 where masked
+    # log pi(response_t | prompt, response_<t) at the sampling temperature; 0 where masked
+    logprobs: torch.Tensor
     temperature: float
 
     def texts(self, tokenizer) -> list[str]:
@@ -162,9 +161,8 @@ def last_logits(model: PreTrainedModel, kept: int, **inputs) -> torch.Tensor:
     forward names it (Llama, Qwen2, GPT-2 and nearly every causal LM in ``transformers``). A forward that does
     not (custom code, or a wrapper such as ``torch.compile``'s or DDP's) computes every column, then sliced."""
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        return model(**inputs, logits_to_keep=kept).logits[
-            :, -kept:
-        ]  # the slice: in case it is ignored
+        # the slice: in case it is ignored
+        return model(**inputs, logits_to_keep=kept).logits[:, -kept:]
     return model(**inputs).logits[:, -kept:]
 
 
@@ -220,9 +218,8 @@ def sampling_config(
         "None or a number in (0, 1]",
         top_p,
     )
-    sampling = (
-        {} if greedy else dict(temperature=temperature, top_k=top_k or 0, top_p=top_p or 1.0)
-    )  # 0, 1.0: off
+    # 0, 1.0: off
+    sampling = {} if greedy else dict(temperature=temperature, top_k=top_k or 0, top_p=top_p or 1.0)
     return GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=not greedy,

@@ -150,9 +150,8 @@ class ValueHeadModel(nn.Module):
         self.value_head = nn.Linear(
             backbone.config.get_text_config().hidden_size, 1, device=backbone.device
         )
-        nn.init.zeros_(
-            self.value_head.weight
-        )  # start at V = 0 everywhere: no made-up advantages at step 0
+        # start at V = 0 everywhere: no made-up advantages at step 0
+        nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
     @classmethod
@@ -160,9 +159,8 @@ class ValueHeadModel(nn.Module):
         """A critic whose backbone is a copy of ``model``'s transformer (its head, LM or score, is dropped)."""
         backbone = AutoModel.from_config(model.config)
         backbone.load_state_dict(model.base_model.state_dict())
-        return cls(
-            backbone.to(model.device, model.dtype)
-        )  # the head is made on the backbone's device, in float32
+        # the head is made on the backbone's device, in float32
+        return cls(backbone.to(model.device, model.dtype))
 
     def forward(
         self,
@@ -171,9 +169,10 @@ class ValueHeadModel(nn.Module):
         position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if position_ids is None:  # count from each row's first real token, as generation does
+            # here: generation imports this module
             from rlkit.llm.generation import (
                 positions_from_mask,
-            )  # here: generation imports this module
+            )
 
             position_ids = positions_from_mask(attention_mask)
         hidden = self.backbone(

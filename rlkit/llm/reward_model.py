@@ -308,9 +308,8 @@ class RewardModelTrainer(Trainer):
         self.order: list[int] = []
 
     def _check_context(self) -> None:
-        longest = (
-            self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2
-        )  # candidates add <= 3
+        # candidates add <= 3
+        longest = self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2
         limit = context_length(self.model)
         require(
             limit is None or longest <= limit,

@@ -30,9 +30,8 @@ def build_char_tokenizer(
         raise ValueError(f"alphabet must not repeat a character, got {alphabet!r}")
     vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + tuple(alphabet))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    backend.pre_tokenizer = pre_tokenizers.Split(
-        Regex("."), behavior="isolated"
-    )  # every character alone
+    # every character alone
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
     backend.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]

@@ -44,9 +44,8 @@ def nbgrader(course: Path, *args: str, seed: str | None = None) -> subprocess.Co
     env.pop("RLKIT_GRADING_SEED", None)
     if seed is not None:
         env["RLKIT_GRADING_SEED"] = seed
-    bin_dir = str(
-        Path(sys.executable).parent
-    )  # nbgrader shells out to `alembic` when it creates the db
+    # nbgrader shells out to `alembic` when it creates the db
+    bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     # rlkit importable in the grading kernel, so the cheats really reach it and the guard must stop them
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -235,9 +234,8 @@ class Assignment:
             *solution_lines,
         ]
         for secret in secrets:
-            as_stored = json.dumps(secret, ensure_ascii=False)[
-                1:-1
-            ]  # as it reads in the notebook's JSON
+            # as it reads in the notebook's JSON
+            as_stored = json.dumps(secret, ensure_ascii=False)[1:-1]
             assert as_stored in source, f"test is stale: {secret!r} is not in the source notebook"
             assert as_stored not in release, f"the released notebook leaks {secret!r}"
         nb = nbformat.read(self.path(course, "release"), as_version=4)

@@ -35,9 +35,8 @@ def test_10k_random_transitions_match_gymnasium_in_float64():
     terminated = cartpole_terminated(ours)
     assert np.array_equal(terminated, [r[2] for r in reference])
     assert 0.02 < terminated.mean() < 0.5  # both outcomes were exercised
-    assert all(
-        r[1] == 1.0 for r in reference
-    )  # the step that ends an episode is rewarded too, as ours
+    # the step that ends an episode is rewarded too, as ours
+    assert all(r[1] == 1.0 for r in reference)
 
 
 def test_episodes_played_from_the_same_start_match_gymnasium_step_by_step():
@@ -58,9 +57,8 @@ def test_episodes_played_from_the_same_start_match_gymnasium_step_by_step():
             and our_truncated[0] == truncated
         )
         if terminated or truncated:
-            np.testing.assert_array_equal(
-                info["final_obs"][0], obs
-            )  # bit-identical float32 observation
+            # bit-identical float32 observation
+            np.testing.assert_array_equal(info["final_obs"][0], obs)
             break
         np.testing.assert_array_equal(our_obs[0], obs)
     else:
@@ -82,9 +80,8 @@ def test_same_step_autoreset_layout_and_truncation_at_500():
             assert not truncated.any() and info == {}
     assert truncated.all() and not terminated.any()
     assert info["_final_obs"].all() and np.abs(np.stack(info["final_obs"])).max() > 0
-    assert (
-        np.abs(obs).max() <= 0.05 and (envs.elapsed_steps == 0).all()
-    )  # the new episodes' first observations
+    # the new episodes' first observations
+    assert np.abs(obs).max() <= 0.05 and (envs.elapsed_steps == 0).all()
 
 
 def test_reset_is_seeded_and_observations_are_float32():

@@ -39,9 +39,8 @@ def test_every_layout_passes_gymnasiums_env_checker_without_a_warning(layout):
 
 
 def test_registered_env_truncates_at_its_time_limit_without_terminating():
-    env = gym.make(
-        "rlkit/GridWorld-v0", layout="sutton_barto_5x5"
-    )  # a continuing task: never terminates
+    # a continuing task: never terminates
+    env = gym.make("rlkit/GridWorld-v0", layout="sutton_barto_5x5")
     env.reset(seed=0)
     for step in range(100):
         _, _, terminated, truncated, _ = env.step(env.action_space.sample())

@@ -249,9 +249,8 @@ def test_probe_failures_passes_the_exact_answers_and_names_every_wrong_one(env_i
     assert probe_failures(env_id, GAMMA, values=probe.expected_values(obs, GAMMA) + 0.099) == []
     wrong_values = probe_failures(env_id, GAMMA, values=probe.expected_values(obs, GAMMA) + 0.11)
     assert len(wrong_values) == len(obs) and all(probe.checks in line for line in wrong_values)
-    assert (
-        len(probe_failures(env_id, GAMMA, q_values=np.full_like(q, np.nan))) == q.size
-    )  # NaN never passes
+    # NaN never passes
+    assert len(probe_failures(env_id, GAMMA, q_values=np.full_like(q, np.nan))) == q.size
     if probe.n_actions > 1:
         worst = 1.0 - best
         failures = probe_failures(
@@ -267,9 +266,8 @@ def test_probe_failures_passes_the_exact_answers_and_names_every_wrong_one(env_i
 
 def test_probe_failures_catches_a_missing_discount_and_rejects_unknown_ids():
     obs = ProbeDelayedReward.observations()
-    undiscounted = ProbeDelayedReward.expected_values(
-        obs, gamma=1.0
-    )  # V(0) = 1: the discount forgotten
+    # V(0) = 1: the discount forgotten
+    undiscounted = ProbeDelayedReward.expected_values(obs, gamma=1.0)
     assert len(probe_failures("rlkit/ProbeDelayedReward-v0", GAMMA, values=undiscounted)) == 1
     with pytest.raises(ValueError, match="env_id must be one of"):
         probe_failures("CartPole-v1", GAMMA, values=[0.0])

@@ -21,12 +21,13 @@ from rlkit.llm.generation import (
 from rlkit.llm.models import build_causal_lm, tiny_config
 from rlkit.llm.sft import IGNORE_INDEX
 
+# different lengths, so the batch is padded on the left
 PROMPTS = [
     "S318402:",
     "S12:",
     "A12+345=",
     "S9:",
-]  # different lengths, so the batch is padded on the left
+]
 
 
 def test_response_mask_stops_after_the_first_eos():
@@ -95,9 +96,8 @@ def test_logprobs_do_not_change_when_a_prompt_is_padded_more(model, tokenizer):
     ids = tokenizer("S318402:")["input_ids"]
     with torch.no_grad():
         alone = response_logprobs(model, left_pad([ids], tokenizer.pad_token_id), response, mask)
-        padded = left_pad(
-            [ids, ids + [5] * 7], tokenizer.pad_token_id
-        )  # the first row now has 7 pads in front
+        # the first row now has 7 pads in front
+        padded = left_pad([ids, ids + [5] * 7], tokenizer.pad_token_id)
         in_batch = response_logprobs(model, padded, response.repeat(2, 1), mask.repeat(2, 1))
     torch.testing.assert_close(in_batch[0], alone[0], atol=1e-5, rtol=0)
 
@@ -208,9 +208,8 @@ def test_a_released_models_own_generation_defaults_do_not_leak_into_sampling(tok
         output.logits, output.scores
     ):  # nothing but the temperature between the two
         torch.testing.assert_close(processed, raw / 0.9)
-    assert (
-        model.generation_config.repetition_penalty == 3.0
-    )  # the model's own settings are put back
+    # the model's own settings are put back
+    assert model.generation_config.repetition_penalty == 3.0
 
 
 def test_generation_runs_in_eval_mode_and_restores_the_mode(tokenizer):

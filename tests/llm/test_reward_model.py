@@ -118,10 +118,11 @@ def test_held_out_accuracy_comes_within_a_few_points_of_the_label_noise_ceiling(
     ceiling = label_ceiling(result.oracle, result.heldout_pairs)
     accuracy = result.history[-1]["heldout_accuracy"]
     assert 0.87 <= ceiling <= 0.93  # 10% label noise
+    # seeds 0-3 measured 4.4, 4.6, 6.4, 6.9 points below
     assert accuracy >= ceiling - 0.08, (
         accuracy,
         ceiling,
-    )  # seeds 0-3 measured 4.4, 4.6, 6.4, 6.9 points below
+    )
     first = next(row["heldout_accuracy"] for row in result.history if "heldout_accuracy" in row)
     assert first < accuracy
 
@@ -150,9 +151,8 @@ def test_sizes_that_cannot_work_are_refused_before_training():
         ValueError,
         match="num_heldout_pairs must be at most half the number of 2-digit sort prompts",
     ):
-        RewardModelConfig(
-            num_digits=2
-        )  # 1,000 held-out pairs on 100 prompts: training would have none left
+        # 1,000 held-out pairs on 100 prompts: training would have none left
+        RewardModelConfig(num_digits=2)
     with pytest.raises(ValueError, match="num_digits must be small enough"):
         RewardModelTrainer(
             RewardModelConfig(num_digits=40, num_train_pairs=10, num_heldout_pairs=10)

@@ -81,9 +81,8 @@ def test_unknown_task_is_refused():
 
 
 def test_heldout_prompts_never_appear_in_training_and_the_seed_fixes_both():
-    data = TaskData(
-        SortTask(3), num_heldout=200, seed=0
-    )  # 1000 problems: collisions would happen often
+    # 1000 problems: collisions would happen often
+    data = TaskData(SortTask(3), num_heldout=200, seed=0)
     heldout = {example.prompt for example in data.heldout}
     assert len(heldout) == 200
     training = [example.prompt for _ in range(50) for example in data.train_batch(64)]
@@ -101,9 +100,8 @@ def test_more_heldout_problems_than_exist_is_refused():
         match=r"num_heldout must be at most half the number of distinct sort problems \(100\)",
     ):
         TaskData(SortTask(2), num_heldout=51)
-    TaskData(SortTask(1), num_heldout=5).train_batch(
-        64
-    )  # the other five problems are drawn for training
+    # the other five problems are drawn for training
+    TaskData(SortTask(1), num_heldout=5).train_batch(64)
 
 
 def test_oracle_scores_the_answer_highest_and_counts_each_fault():
@@ -112,9 +110,8 @@ def test_oracle_scores_the_answer_highest_and_counts_each_fault():
     assert oracle.score("S318402:", "013248") == -1.0  # one pair out of order
     assert oracle.score("S318402:", "01234") == -1.0  # one character short
     assert oracle.score("S318402:", "012349") == -1.0  # 9 is not in the prompt
-    assert (
-        oracle.score("S300521:", "000125") == 0.0
-    )  # the labeller's blind spot: digit counts are not checked
+    # the labeller's blind spot: digit counts are not checked
+    assert oracle.score("S300521:", "000125") == 0.0
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.1, 0.3])
@@ -122,9 +119,8 @@ def test_oracle_flips_labels_at_the_stated_rate(noise):
     oracle = PreferenceOracle(label_noise=noise)
     pairs = oracle.pairs(4000, seed=0)
     flipped = sum(not oracle.agrees(pair) for pair in pairs) / len(pairs)
-    assert (
-        abs(flipped - noise) < 4 * (noise * (1 - noise) / len(pairs)) ** 0.5 + 1e-9
-    )  # within 4 standard errors
+    # within 4 standard errors
+    assert abs(flipped - noise) < 4 * (noise * (1 - noise) / len(pairs)) ** 0.5 + 1e-9
     assert all(
         oracle.score(p.prompt, p.chosen) != oracle.score(p.prompt, p.rejected) for p in pairs
     )
@@ -136,9 +132,8 @@ def test_oracle_pairs_avoid_excluded_prompts_and_follow_the_seed():
     train = oracle.pairs(300, seed=0, exclude={pair.prompt for pair in heldout})
     assert not {p.prompt for p in heldout} & {p.prompt for p in train}
     assert oracle.pairs(300, seed=1) == heldout
-    other_seeds_heldout = oracle.pairs(
-        300, seed=0, split="heldout"
-    )  # its own stream, not seed 0's training pairs
+    # its own stream, not seed 0's training pairs
+    other_seeds_heldout = oracle.pairs(300, seed=0, split="heldout")
     assert len({p.prompt for p in other_seeds_heldout} & {p.prompt for p in train}) < 30
     assert isinstance(heldout[0], PreferencePair)
 

@@ -5,9 +5,8 @@ import pytest
 
 from rlkit.tabular import run_bandit
 
-LAST = slice(
-    900, 1000
-)  # "after 1,000 steps": the last 100 steps of 1,000, averaged over 2,000 runs
+# "after 1,000 steps": the last 100 steps of 1,000, averaged over 2,000 runs
+LAST = slice(900, 1000)
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +18,8 @@ def test_epsilon_greedy_beats_greedy_on_reward_and_optimal_action(figure_2_2):
     greedy, explorer = figure_2_2[0.0], figure_2_2[0.1]
     assert explorer.average_reward[LAST].mean() > greedy.average_reward[LAST].mean() + 0.2
     assert explorer.optimal_action[LAST].mean() > greedy.optimal_action[LAST].mean() + 0.3
-    assert (
-        0.75 < explorer.optimal_action[LAST].mean() < 0.85
-    )  # the figure: about 80%, capped by exploration
+    # the figure: about 80%, capped by exploration
+    assert 0.75 < explorer.optimal_action[LAST].mean() < 0.85
     assert figure_2_2[0.01].optimal_action[LAST].mean() > greedy.optimal_action[LAST].mean()
 
 
@@ -29,9 +27,8 @@ def test_optimistic_initial_values_beat_realistic_epsilon_greedy_late():
     optimistic = run_bandit(epsilon=0.0, initial_value=5.0, step_size=0.1, seed=1)
     realistic = run_bandit(epsilon=0.1, initial_value=0.0, step_size=0.1, seed=1)
     assert optimistic.optimal_action[LAST].mean() > realistic.optimal_action[LAST].mean()
-    assert (
-        optimistic.optimal_action[:5].mean() < realistic.optimal_action[:5].mean() + 0.05
-    )  # the early dip
+    # the early dip
+    assert optimistic.optimal_action[:5].mean() < realistic.optimal_action[:5].mean() + 0.05
 
 
 def test_ucb_beats_epsilon_greedy_on_average_reward():

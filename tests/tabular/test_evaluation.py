@@ -45,9 +45,8 @@ def test_monte_carlo_estimates_agree_with_the_exact_values(seed):
     )
     for state, sampled in returns.items():
         standard_error = sampled.std(ddof=1) / np.sqrt(sampled.size)
-        assert abs(estimates[state] - exact[state]) < 4 * standard_error + 1e-3, (
-            state
-        )  # 1e-3: truncation at 100 steps
+        # 1e-3: truncation at 100 steps
+        assert abs(estimates[state] - exact[state]) < 4 * standard_error + 1e-3, state
 
 
 def test_monte_carlo_is_reproducible_for_a_seed():
@@ -63,9 +62,8 @@ def test_monte_carlo_is_reproducible_for_a_seed():
 
 def test_bad_input_raises_clear_errors():
     P, R, terminal = GridWorld("sutton_barto_4x4").model()
-    always_up = np.tile(
-        [1.0, 0.0, 0.0, 0.0], (16, 1)
-    )  # never reaches a terminal from the bottom row
+    # never reaches a terminal from the bottom row
+    always_up = np.tile([1.0, 0.0, 0.0, 0.0], (16, 1))
     with pytest.raises(ValueError, match="singular"):
         exact_policy_values(P, R, always_up, 1.0, terminal)
     with pytest.raises(ValueError, match="policy"):

@@ -64,9 +64,8 @@ def test_the_5x5_random_and_optimal_values_equal_figures_3_2_and_3_5():
     v_pi_star, pi_star = policy_iteration(mdp, gamma=0.9)
     np.testing.assert_allclose(v_pi_star, v_star, atol=1e-8)
     q_star = q_from_v(mdp, v_star, 0.9)
-    np.testing.assert_allclose(
-        q_star[1], q_star[1, 0]
-    )  # from A every action jumps to A' (+10): all tie
+    # from A every action jumps to A' (+10): all tie
+    np.testing.assert_allclose(q_star[1], q_star[1, 0])
     for optimal in (policy, pi_star):  # ties may be broken differently; both must be optimal
         np.testing.assert_allclose(
             exact_policy_values(mdp.P, mdp.R, optimal, 0.9, mdp.terminal), v_star, atol=1e-8
@@ -75,9 +74,8 @@ def test_the_5x5_random_and_optimal_values_equal_figures_3_2_and_3_5():
 
 def test_gamma_one_ties_policy_iteration_progresses_and_value_iteration_says_why_it_cannot():
     mdp = TabularMDP.from_gymnasium(gym.make("FrozenLake-v1", is_slippery=False))
-    V, policy = policy_iteration(
-        mdp, gamma=1.0
-    )  # moving and bumping tie at V = 1: keep the moving action
+    # moving and bumping tie at V = 1: keep the moving action
+    V, policy = policy_iteration(mdp, gamma=1.0)
     assert V[0] == 1.0
     np.testing.assert_allclose(exact_policy_values(mdp.P, mdp.R, policy, 1.0, mdp.terminal)[0], 1.0)
     with pytest.raises(ValueError, match="never reaches a terminal state"):
@@ -161,11 +159,12 @@ def greedy_steps(env, Q):
     return len(path) - 1 if reached else np.inf
 
 
+# fixed before measuring: planning needs fewer real episodes
 ENOUGH_EPISODES = {
     0: 1000,
     5: 200,
     50: 20,
-}  # fixed before measuring: planning needs fewer real episodes
+}
 
 
 @pytest.fixture(scope="module")

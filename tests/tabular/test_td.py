@@ -134,9 +134,8 @@ def test_monte_carlo_control_learns_a_near_optimal_policy():
     v_star, _ = value_iteration(mdp, 1.0)
     Q, _ = mc_control(env, episodes=3000, gamma=1.0, epsilon=0.1, seed=0)
     v_greedy = exact_policy_values(mdp.P, mdp.R, greedy_policy(Q), 1.0, mdp.terminal)
-    assert (
-        np.abs(v_greedy - v_star).max() <= 2.0
-    )  # every state reaches a corner, at most 2 steps late
+    # every state reaches a corner, at most 2 steps late
+    assert np.abs(v_greedy - v_star).max() <= 2.0
     # discounted, so that waiting in place (up/down bump) costs something: right is strictly best
     Q_walk, _ = mc_control(make("random_walk_5"), episodes=300, gamma=0.9, epsilon=0.1, seed=0)
     assert np.all(Q_walk[INNER].argmax(axis=1) == 1)
@@ -287,9 +286,8 @@ def test_dyna_q_bootstraps_at_a_time_limit():
 
     env = make("sutton_barto_5x5", max_episode_steps=1)
     Q, _ = dyna_q(env, n_planning=5, episodes=3000, alpha=0.1, gamma=0.9, epsilon=0.5, seed=0)
-    assert (
-        Q.max() > 20
-    )  # only bootstrapping lets a one-step episode be worth more than one reward (10)
+    # only bootstrapping lets a one-step episode be worth more than one reward (10)
+    assert Q.max() > 20
 
 
 def test_expected_sarsa_uses_the_epsilon_greedy_expectation():
@@ -301,9 +299,8 @@ def test_expected_sarsa_uses_the_epsilon_greedy_expectation():
     env = gym.make("CliffWalking-v1")
     greedy_expected, _ = expected_sarsa(env, episodes=30, epsilon=0.0, seed=2)
     greedy_q, _ = q_learning(env, episodes=30, epsilon=0.0, seed=2)
-    np.testing.assert_array_equal(
-        greedy_expected, greedy_q
-    )  # epsilon = 0: the expectation is the max
+    # epsilon = 0: the expectation is the max
+    np.testing.assert_array_equal(greedy_expected, greedy_q)
     exploring_expected, _ = expected_sarsa(env, episodes=30, epsilon=0.3, seed=2)
     exploring_q, _ = q_learning(env, episodes=30, epsilon=0.3, seed=2)
     assert not np.array_equal(exploring_expected, exploring_q)
