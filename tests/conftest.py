@@ -1,9 +1,49 @@
-"""Settings for every test: one torch thread.
+"""Settings for every test: one torch thread, and a cache for results that several tests share.
 
 The networks here are small: a second thread only adds synchronisation, and on a shared 2-core machine
 two threads per process slowed some tests more than tenfold. The notebooks make the same choice.
+
+`make test` runs the tests in two pytest-xdist workers. A trained seed that several tests read (a
+learning test's per-seed run and the test that compares the seeds) is trained once per run, by whichever
+worker asks first, and stored under a lock; the other worker waits for it and reads it.
 """
 
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 import torch
+from filelock import FileLock
 
 torch.set_num_threads(1)
+
+
+class RunCache:
+    """JSON results keyed by name, shared by every worker of one pytest run, each built once."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def get(self, key: str, build: Callable[[], object]) -> object:
+        path = self.folder / f"{key}.json"
+        with FileLock(f"{path}.lock"):
+            if path.exists():
+                return json.loads(path.read_text())
+            value = build()
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(value))
+            os.replace(partial, path)  # atomic: a reader sees all of it or nothing
+        # the builder gets the same JSON round trip as the readers
+        return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def run_cache(tmp_path_factory, worker_id) -> RunCache:
+    """One folder per pytest run: the workers' common parent of their temporary folders under xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return RunCache((base if worker_id == "master" else base.parent) / "shared-results")

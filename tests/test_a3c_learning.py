@@ -5,7 +5,7 @@ import pytest
 from rlkit.a3c import A3CConfig, evaluate, train
 
 SEEDS = [0, 1, 2]
-pytestmark = pytest.mark.learning
+pytestmark = [pytest.mark.learning, pytest.mark.alone]  # two workers need both cores
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,23 @@ SEEDS = [0, 1, 2]
 pytestmark = pytest.mark.learning
 
 
-@pytest.fixture(scope="module")
-def greedy_scores():
-    scores = {}
-    for seed in SEEDS:
+def greedy_score(run_cache, seed):
+    """The greedy mean return over 100 episodes of seed `seed`, trained once per test run."""
+
+    def train_and_evaluate():
         result = train(DQNConfig(env_id="CartPole-v1", seed=seed))
         assert result.config.total_steps <= 100_000
-        scores[seed] = evaluate(result, episodes=100)
-    return scores
+        return evaluate(result, episodes=100)
+
+    return run_cache.get(f"dqn-cartpole-seed{seed}", train_and_evaluate)
 
 
-def test_dqn_solves_cartpole_on_at_least_two_of_three_seeds(greedy_scores):
+@pytest.mark.parametrize("seed", SEEDS)
+def test_dqn_trains_each_seed_within_100k_steps(run_cache, seed):
+    print(f"seed {seed}: greedy mean return over 100 episodes {greedy_score(run_cache, seed)}")
+
+
+def test_dqn_solves_cartpole_on_at_least_two_of_three_seeds(run_cache):
+    greedy_scores = {seed: greedy_score(run_cache, seed) for seed in SEEDS}
     print(f"greedy mean return over 100 episodes, by seed: {greedy_scores}")
     assert sum(score >= 475 for score in greedy_scores.values()) >= 2

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from filelock import FileLock
 from transformers import AutoTokenizer, PreTrainedModel
 
 from rlkit.llm.generation import generate, right_pad
@@ -159,9 +161,8 @@ def completion_loss(model: PreTrainedModel, batch: SFTBatch) -> torch.Tensor:
     """The mean cross-entropy over answer tokens and EOS (eq-sft-loss), the same number as Hugging Face's
     ``model(..., labels=labels).loss``, with the shift written out."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    predictions = (
-        logits[:, :-1].flatten(0, 1).float()
-    )  # the logits at position i predict the token at i + 1
+    # the logits at position i predict the token at i + 1
+    predictions = logits[:, :-1].flatten(0, 1).float()
     targets = batch.labels[:, 1:].flatten()
     return F.cross_entropy(predictions, targets, ignore_index=IGNORE_INDEX)
 
@@ -251,9 +252,8 @@ class SFTTrainer(Trainer):
         self.stopped_early = False
 
     def _check_context(self) -> None:
-        length = (
-            1 + self.task.max_prompt_length + self.task.max_answer_length + 1
-        )  # <bos> prompt answer <eos>
+        # <bos> prompt answer <eos>
+        length = 1 + self.task.max_prompt_length + self.task.max_answer_length + 1
         limit = context_length(self.model)
         require(
             limit is None or length <= limit,
@@ -341,12 +341,20 @@ def sft_starting_point(folder: str | os.PathLike, seed: int = 0, target: float =
 
     Training stops at the first evaluation (every 10 steps) whose held-out greedy exact match reaches
     ``target``: about half the prompts are answered right, so RL has room to show what it adds.
+    Processes that ask for the same folder at once (tests and notebooks run side by side) train it once:
+    the first trains under a lock into a folder of its own and renames it into place, the others wait and
+    reuse it. A folder made with other settings is replaced.
     """
     require(is_finite_number(target) and 0 < target < 1, "target", "a number in (0, 1)", target)
     folder, config = Path(folder), SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)
+    wanted = json.loads(json.dumps(asdict(config), default=str))
     saved = folder / "sft_config.json"
-    if saved.exists() and json.loads(saved.read_text()) == json.loads(
-        json.dumps(asdict(config), default=str)
-    ):
-        return folder
-    return save_pretrained(train_sft(config), folder)
+    with FileLock(f"{folder}.lock"):
+        if saved.exists() and json.loads(saved.read_text()) == wanted:
+            return folder
+        partial = folder.with_name(f"{folder.name}.{os.getpid()}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        save_pretrained(train_sft(config), partial)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)  # readers see the old folder, no folder, or the whole new one
+    return folder

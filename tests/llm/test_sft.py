@@ -1,6 +1,7 @@
 """SFT: the completion-only loss against a hand-written loop, learning to sort, checkpoints, bad configs."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -14,15 +15,17 @@ from rlkit.llm.sft import (
     evaluate_task,
     save_pretrained,
     sft_batch,
+    sft_starting_point,
     train_sft,
 )
 from rlkit.llm.tasks import Example, SortTask
 
+# three lengths
 EXAMPLES = [
     Example("A1+2=", "3"),
     Example("A123+98=", "221"),
     Example("A99+1=", "100"),
-]  # three lengths
+]
 
 
 def test_labels_cover_the_answer_and_eos_only(tokenizer):
@@ -62,9 +65,8 @@ def test_completion_loss_equals_a_hand_written_token_mean(model, tokenizer):
 def test_completion_loss_equals_hugging_faces_own_loss(tokenizer):
     from rlkit.llm.models import build_causal_lm, tiny_config
 
-    model = build_causal_lm(
-        tiny_config(tokenizer, "qwen2"), seed=1
-    )  # a family whose HF loss needs no setting
+    # a family whose HF loss needs no setting
+    model = build_causal_lm(tiny_config(tokenizer, "qwen2"), seed=1)
     batch = sft_batch(tokenizer, EXAMPLES)
     with torch.no_grad():
         theirs = model(
@@ -85,10 +87,12 @@ def test_a_tiny_model_learns_six_digit_sorting_within_1500_steps(seed):
 
 
 @pytest.mark.learning
-def test_the_under_trained_starting_point_is_between_forty_and_sixty_percent():
-    result = train_sft(SFTConfig(seed=0, eval_every=10, stop_at_exact_match=0.4))
-    assert 0.4 <= result.history[-1]["exact_match"] <= 0.6
-    assert result.history[-1]["step"] < 1500
+def test_the_under_trained_starting_point_is_between_forty_and_sixty_percent(run_cache):
+    folder = sft_starting_point(run_cache.folder / "sft-starting-point")
+    history = json.loads((folder / "sft_history.json").read_text())
+    assert 0.4 <= history[-1]["exact_match"] <= 0.6
+    assert history[-1]["step"] < 1500
+    assert sft_starting_point(folder) == folder and not list(folder.parent.glob("*.partial"))
 
 
 def test_save_pretrained_reloads_with_auto_classes_and_answers_the_same(tmp_path):
