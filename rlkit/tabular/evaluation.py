@@ -51,12 +51,27 @@ def exact_policy_values(
             )
         P_pi[terminal] = 0.0
         r_pi[terminal] = 0.0
-    try:
-        return np.linalg.solve(np.eye(n_states) - gamma * P_pi, r_pi)
-    except np.linalg.LinAlgError as error:
-        raise ValueError(
-            "I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal state"
-        ) from error
+    if gamma == 1.0:
+        # Decided on the support of P_pi, not by the solver: rounding turns an exactly singular
+        # I - P_pi into a nearly singular one that solves to values of 1e16, on some machines only.
+        stuck = never_terminating_states(P_pi, terminal)
+        if stuck.size:
+            raise ValueError(
+                "I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal state, "
+                f"and from states {stuck.tolist()[:10]} it never does"
+            )
+    return np.linalg.solve(np.eye(n_states) - gamma * P_pi, r_pi)
+
+
+def never_terminating_states(P_pi: np.ndarray, terminal: np.ndarray | None) -> np.ndarray:
+    """The states from which no path of positive probability under ``P_pi`` reaches a terminal state."""
+    reaches = np.zeros(len(P_pi), dtype=bool) if terminal is None else terminal.copy()
+    moves = P_pi > 0
+    while True:
+        grown = reaches | moves[:, reaches].any(axis=1)
+        if np.array_equal(grown, reaches):
+            return np.flatnonzero(~reaches)
+        reaches = grown
 
 
 def _episode_return(

@@ -163,8 +163,9 @@ def test_a_model_without_logits_to_keep_gives_the_same_logprobs(model, tokenizer
         torch.testing.assert_close(
             response_logprobs(ForwardWithoutLogitsToKeep(model), prompts, response, mask),
             response_logprobs(model, prompts, response, mask),
+            # the output layer multiplies matrices of another shape: float32 rounding, not equality
             atol=1e-6,
-            rtol=0,
+            rtol=1e-5,
         )
 
 

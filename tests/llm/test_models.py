@@ -46,8 +46,12 @@ def test_save_pretrained_and_load_by_path_give_the_same_logits(tokenizer, tmp_pa
     model.save_pretrained(tmp_path)
     loaded = load_causal_lm(tmp_path, dtype=torch.float32)
     ids = torch.tensor([tokenizer("S318402:")["input_ids"]])
+    for (name, saved), reloaded in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(saved, reloaded), name  # the weights come back bit for bit
     with torch.no_grad():
-        torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=0, rtol=0)
+        # The same operations on the same weights, but in other buffers: MKL may pick code paths by
+        # memory alignment (its docs on conditional numerical reproducibility), so a float32 tolerance.
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
     assert isinstance(loaded, type(AutoModelForCausalLM.from_config(model.config)))
     assert load_causal_lm(tmp_path, dtype=torch.bfloat16).dtype == torch.bfloat16
 

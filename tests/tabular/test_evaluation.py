@@ -66,6 +66,13 @@ def test_bad_input_raises_clear_errors():
     always_up = np.tile([1.0, 0.0, 0.0, 0.0], (16, 1))
     with pytest.raises(ValueError, match="singular"):
         exact_policy_values(P, R, always_up, 1.0, terminal)
+    # A closed class of 3 states that hop among themselves with probability 1/3: rounding leaves
+    # I - P_pi nearly (not exactly) singular, and a bare solve returns values of about 1e16.
+    closed = np.zeros((4, 1, 4))
+    closed[:3, 0, :3] = 1 / 3
+    closed[3, 0, 3] = 1.0
+    with pytest.raises(ValueError, match=r"from states \[0, 1, 2\] it never does"):
+        exact_policy_values(closed, -np.ones((4, 1)), np.ones((4, 1)), 1.0, np.arange(4) == 3)
     with pytest.raises(ValueError, match="policy"):
         exact_policy_values(P, R, np.ones((16, 3)) / 3, 0.9, terminal)
     with pytest.raises(ValueError, match="gamma"):
