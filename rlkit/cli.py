@@ -52,14 +52,15 @@ IMPLIED = ("env_id", "seed", "total_steps", "progress")  # set by their own opti
 
 
 def field_meanings(config_class: type) -> dict[str, str]:
-    """Each field's meaning: the comment on its line or on the line above it, else ``COMMON_MEANINGS``."""
-    comments, above = {}, ""
+    """Each field's meaning: the comment on its line or the comment lines right above it, else
+    ``COMMON_MEANINGS``."""
+    comments, above = {}, []
     for line in inspect.getsource(config_class).splitlines():
         field = re.match(r"\s+(\w+): [^#]*?(?:#\s*(.+))?$", line)
         if field:
-            comments[field.group(1)] = (field.group(2) or above).strip()
+            comments[field.group(1)] = (field.group(2) or " ".join(above)).strip()
         comment_line = re.match(r"\s+#\s*(.+)$", line)
-        above = comment_line.group(1) if comment_line else ""
+        above = [*above, comment_line.group(1).strip()] if comment_line else []
     return {
         f.name: comments.get(f.name) or COMMON_MEANINGS.get(f.name, "")
         for f in dataclasses.fields(config_class)
