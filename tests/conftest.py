@@ -1,7 +1,9 @@
 """Settings for every test: one torch thread, and a cache for results that several tests share.
 
 The networks here are small: a second thread only adds synchronisation, and on a shared 2-core machine
-two threads per process slowed some tests more than tenfold. The notebooks make the same choice.
+two threads per process slowed some tests more than tenfold. The notebooks make the same choice. The
+processes that tests start (the `rlkit` command killed and resumed, nbgrader's kernels) inherit one
+thread through OMP_NUM_THREADS: with two xdist workers busy, a two-thread subprocess ran 6x slower.
 
 `make test` runs the tests in two pytest-xdist workers. A trained seed that several tests read (a
 learning test's per-seed run and the test that compares the seeds) is trained once per run, by whichever
@@ -19,6 +21,7 @@ import pytest
 import torch
 from filelock import FileLock
 
+os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 
