@@ -11,7 +11,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help setup chromium lint notebooks book book-strict test test-fast test-portability \
-	test-portability-learning serve assignments bench clean
+	test-portability-notebooks test-portability-learning serve assignments bench clean
 
 help:
 	@echo "make book        build the HTML book in _build/html, executing every notebook (cached)"
@@ -81,9 +81,11 @@ test-fast: lint
 OTHER_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41 \
 	NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
 
-test-portability: $(STAMP)
+test-portability-notebooks: $(STAMP)
 	env $(OTHER_KERNELS) $(BIN)/python tools/execute_notebooks.py --no-cache --jobs $(JOBS) \
 		--alone $(NOTEBOOKS_ALONE)
+
+test-portability: test-portability-notebooks
 	env $(OTHER_KERNELS) $(PYTEST) -n $(JOBS) -q -m "not book and not learning and not alone"
 	env $(OTHER_KERNELS) $(PYTEST) -q -m "alone and not learning"
 
@@ -101,8 +103,8 @@ test:
 		"tests that need both cores (A3C), alone=$(PYTEST) -q -m 'alone and not book'" \
 		"notebooks executed, $(JOBS) at a time (Chapter 6 alone)!=$(MAKE) --no-print-directory notebooks" \
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
-		"notebook and browser checks=$(PYTEST) -q -m book" \
-		"portability: notebooks on other CPU kernels=env $(OTHER_KERNELS) $(BIN)/python tools/execute_notebooks.py --no-cache --jobs $(JOBS) --alone $(NOTEBOOKS_ALONE)" \
+		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
+		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
 		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, SFT smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1'"
 
 serve:
