@@ -1,10 +1,11 @@
-"""rlkit's A2C against Stable-Baselines3's A2C on CartPole-v1, with the same settings, in one process.
+"""rlkit's A2C against Stable-Baselines3's A2C on CartPole-v1, with the same settings, in one
+process.
 
-rl-baselines3-zoo's CartPole-v1 A2C: 8 envs, n_steps 5, RMSprop (lr 7e-4, alpha 0.99, eps 1e-5), gamma
-0.99, gae_lambda 1, ent_coef 0, vf_coef 0.5, max_grad_norm 0.5, separate 64-64 tanh actor and critic,
-orthogonal init. One torch thread for both. Each round trains, alternately, SB3, rlkit on Gymnasium's
-SyncVectorEnv (the same CartPole code SB3 steps) and rlkit with its preset (the batched CartPole),
-timing training only; the medians of env steps per second are compared.
+rl-baselines3-zoo's CartPole-v1 A2C: 8 envs, n_steps 5, RMSprop (lr 7e-4, alpha 0.99, eps 1e-5),
+gamma 0.99, gae_lambda 1, ent_coef 0, vf_coef 0.5, max_grad_norm 0.5, separate 64-64 tanh actor and
+critic, orthogonal init. One torch thread for both. Each round trains, alternately, SB3, rlkit on
+Gymnasium's SyncVectorEnv (the same CartPole code SB3 steps) and rlkit with its preset (the batched
+CartPole), timing training only; the medians of env steps per second are compared.
 
     python bench/a2c_sb3.py                   # 3 rounds of 50k steps each
     python bench/a2c_sb3.py --steps 500000    # full runs, also evaluated greedily (100 episodes)
@@ -96,7 +97,8 @@ def main() -> None:
     same_envs = medians["rlkit (gymnasium SyncVectorEnv)"] / medians["sb3"]
     print(f"result: a2c_speedup_vs_sb3_same_envs = {same_envs:.2f} (goal: >= 3)")
     print(
-        f"result: a2c_speedup_vs_sb3 = {medians['rlkit (preset: batched CartPole)'] / medians['sb3']:.2f} (goal: >= 3)"
+        "result: a2c_speedup_vs_sb3 = "
+        f"{medians['rlkit (preset: batched CartPole)'] / medians['sb3']:.2f} (goal: >= 3)"
     )
 
 

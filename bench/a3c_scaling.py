@@ -1,8 +1,10 @@
-"""A3C's throughput with 1 and 2 workers on CartPole-v1 (the preset otherwise), alternately, several rounds.
+"""A3C's throughput with 1 and 2 workers on CartPole-v1 (the preset otherwise), alternately, several
+rounds.
 
-Each run's throughput is read from its own history: environment steps per wall-clock second between the
-first episode that ends after 20% of the run and the last one, so the processes' start-up (importing
-torch in a fresh interpreter) is not counted. On a machine with 2 cores the limit is 2.0x.
+Each run's throughput is read from its own history: environment steps per wall-clock second between
+the first episode that ends after 20% of the run and the last one, so the processes' start-up
+(importing torch in a fresh interpreter) is not counted. On a machine with 2 cores the limit is
+2.0x.
 
     python bench/a3c_scaling.py              # 3 rounds of 40k steps per run
 """
@@ -53,8 +55,9 @@ def main() -> None:
             )
     ratios = [two / one for one, two in zip(rates[1], rates[2])]
     print(
-        f"median: 1 worker {statistics.median(rates[1]):.0f}, 2 workers {statistics.median(rates[2]):.0f} env steps/s; "
-        f"per-round ratios {np.round(ratios, 2).tolist()}"
+        f"median: 1 worker {statistics.median(rates[1]):.0f}, 2 workers "
+        f"{statistics.median(rates[2]):.0f} env steps/s; per-round ratios "
+        f"{np.round(ratios, 2).tolist()}"
     )
     print(f"result: a3c_scaling_2_workers = {statistics.median(ratios):.2f} (goal: >= 1.7)")
 

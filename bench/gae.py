@@ -1,4 +1,5 @@
-"""rlkit's vectorised ``gae`` against the reverse loop over time (DeepSpeed-Chat's form), one process.
+"""rlkit's vectorised ``gae`` against the reverse loop over time (DeepSpeed-Chat's form), one
+process.
 
 B = 64, T = 1024, float32, one thread, with episode ends present. Both are run alternately, several
 rounds, and the median time of each is compared; the outputs are checked to agree first.
@@ -61,7 +62,8 @@ def main() -> None:
     torch.testing.assert_close(adv_ours, adv_loop, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(ret_ours, ret_loop, rtol=1e-4, atol=1e-4)
     print(
-        f"B={args.batch} T={args.length} float32 threads={torch.get_num_threads()}: outputs agree (1e-4)"
+        f"B={args.batch} T={args.length} float32 threads={torch.get_num_threads()}: outputs agree "
+        "(1e-4)"
     )
 
     loop_times, ours_times = [], []
@@ -69,7 +71,8 @@ def main() -> None:
         loop_times.append(time_call(loop, (), args.repeats))
         ours_times.append(time_call(ours, (), args.repeats))
         print(
-            f"round {round_index}: loop {loop_times[-1] * 1e3:8.2f} ms   vectorised {ours_times[-1] * 1e3:8.2f} ms"
+            f"round {round_index}: loop {loop_times[-1] * 1e3:8.2f} ms   vectorised "
+            f"{ours_times[-1] * 1e3:8.2f} ms"
         )
     speedup = statistics.median(loop_times) / statistics.median(ours_times)
     print(f"result: gae_speedup = {speedup:.1f} (goal: >= 10)")

@@ -1,22 +1,25 @@
-"""SFT and generation throughput of a GPT-2-small-sized model built from config: MFU on a GPU, a smoke test on a CPU.
+"""SFT and generation throughput of a GPT-2-small-sized model built from config: MFU on a GPU, a
+smoke test on a CPU.
 
-On CUDA the model is GPT-2 small's shape (12 layers, 768 wide, 12 heads, 1,024 positions, 50,257-token
-vocabulary: about 124M parameters), built from a ``GPT2Config`` (nothing downloads). Training runs rlkit's SFT
-step (``rlkit.llm.sft.completion_loss`` on a right-padded batch whose first half is prompt, labels -100) in
-bf16 autocast with fused AdamW and, unless ``--no-compile``, ``torch.compile``; the model FLOPs utilisation is
+On CUDA the model is GPT-2 small's shape (12 layers, 768 wide, 12 heads, 1,024 positions,
+50,257-token vocabulary: about 124M parameters), built from a ``GPT2Config`` (nothing downloads).
+Training runs rlkit's SFT step (``rlkit.llm.sft.completion_loss`` on a right-padded batch whose
+first half is prompt, labels -100) in bf16 autocast with fused AdamW and, unless ``--no-compile``,
+``torch.compile``; the model FLOPs utilisation is
 
     MFU = tokens/s x (6 N + 12 L d T) / peak,
 
-with N the parameters (the 6 N of a forward and backward pass per token, Kaplan et al.) and 12 L d T the
-attention scores and values (PaLM's appendix B), against ``--peak-tflops``: 790 by default, the figure issue 8
-sets the goal against (NVIDIA lists 989 dense bf16 TFLOP/s for the H200 SXM; the script prints MFU against both).
-Generation samples with the KV cache through ``model.generate`` (rlkit's ``sampling_config``) and, side by side,
-without it, and prints both rates and their ratio.
+with N the parameters (the 6 N of a forward and backward pass per token, Kaplan et al.) and 12 L d T
+the attention scores and values (PaLM's appendix B), against ``--peak-tflops``: 790 by default, the
+figure issue 8 sets the goal against (NVIDIA lists 989 dense bf16 TFLOP/s for the H200 SXM; the
+script prints MFU against both). Generation samples with the KV cache through ``model.generate``
+(rlkit's ``sampling_config``) and, side by side, without it, and prints both rates and their ratio.
 
-On a CPU the same script runs a tiny model (two layers, 64 wide) for a few steps: a smoke test that the GPU
-path works end to end, run by ``make test``.
+On a CPU the same script runs a tiny model (two layers, 64 wide) for a few steps: a smoke test that
+the GPU path works end to end, run by ``make test``.
 
-    python bench/gpu_sft.py                  # GPT-2 small on CUDA when there is one, else the tiny smoke test
+    python bench/gpu_sft.py                  # GPT-2 small on CUDA when there is one, else the tiny
+                                             # smoke test
     python bench/gpu_sft.py --size tiny      # the smoke test anywhere
 """
 
@@ -64,7 +67,8 @@ def build_model(size: str, device: str) -> torch.nn.Module:
 
 
 def random_sft_batch(size: str, device: str) -> SFTBatch:
-    """Random tokens (ids 4 and up: no special token), the first half prompt (label -100), the rest completion."""
+    """Random tokens (ids 4 and up: no special token), the first half prompt (label -100), the rest
+    completion."""
     *_, vocab, batch, length, _ = SIZES[size]
     input_ids = torch.randint(4, vocab, (batch, length), device=device)
     labels = input_ids.clone()
@@ -85,7 +89,8 @@ def synchronize(device: str) -> None:
 def train_rate(
     model, size: str, device: str, steps: int, compile_model: bool
 ) -> tuple[float, float, float]:
-    """(training tokens/s, first loss, last loss) over ``steps`` SFT steps after a few untimed ones."""
+    """(training tokens/s, first loss, last loss) over ``steps`` SFT steps after a few untimed
+    ones."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device == "cuda")
     step_model = torch.compile(model) if compile_model else model
     autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda")
@@ -114,7 +119,8 @@ def train_rate(
 
 @torch.no_grad()
 def generation_rate(model, size: str, device: str, use_cache: bool) -> float:
-    """Generated tokens/s, sampling ``new`` tokens for each of ``batch`` left-padded prompts of mixed lengths."""
+    """Generated tokens/s, sampling ``new`` tokens for each of ``batch`` left-padded prompts of
+    mixed lengths."""
     *_, vocab, batch, length, new = SIZES[size]
     tokenizer = build_char_tokenizer()
     generator = torch.Generator().manual_seed(0)
@@ -195,8 +201,9 @@ def main() -> None:
     if device == "cuda":
         mfu = tokens_per_second * flops_per_token(model, args.size) / (args.peak_tflops * 1e12)
         print(
-            f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most; MFU against 989 TFLOP/s "
-            f"(H200 SXM dense bf16): {tokens_per_second * flops_per_token(model, args.size) / 989e12:.3f}"
+            f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most; MFU against "
+            "989 TFLOP/s (H200 SXM dense bf16): "
+            f"{tokens_per_second * flops_per_token(model, args.size) / 989e12:.3f}"
         )
         print(f"result: sft_mfu = {mfu:.3f} (goal: >= 0.30, against {args.peak_tflops:g} TFLOP/s)")
     else:  # no peak to compare with on a CPU: check that the step learns and the cache pays

@@ -1,4 +1,5 @@
-"""rlkit: the tested library behind the book. Importing it registers the ``rlkit/`` gymnasium environments."""
+"""rlkit: the tested library behind the book. Importing it registers the ``rlkit/`` gymnasium
+environments."""
 
 from rlkit import envs  # noqa: F401  (registers rlkit/GridWorld-v0)
 from rlkit.advantages import discounted_returns, gae

@@ -1,19 +1,22 @@
 """Advantage actor-critic, synchronous (A2C; Chapter 6).
 
-Mnih et al. (2016) introduced the asynchronous version (A3C, ``rlkit.a3c``); A2C is its synchronous twin:
-``num_envs`` copies step in lockstep for ``num_steps`` steps, and one gradient step follows from all of them
-(Wu et al., 2017, OpenAI Baselines). The critic's advantage estimate steers the policy gradient,
+Mnih et al. (2016) introduced the asynchronous version (A3C, ``rlkit.a3c``); A2C is its synchronous
+twin: ``num_envs`` copies step in lockstep for ``num_steps`` steps, and one gradient step follows
+from all of them (Wu et al., 2017, OpenAI Baselines). The critic's advantage estimate steers the
+policy gradient,
 
-    grad J ~ 1/N sum_{i,t} A_t grad log pi(a_t | s_t),                         (eq-actor-critic-gradient)
+    grad J ~ 1/N sum_{i,t} A_t grad log pi(a_t | s_t),                    (eq-actor-critic-gradient)
 
 with ``A_t`` from ``rlkit.advantages.gae``: ``lam = 1`` gives the n-step return minus the value,
-``R_t - V(s_t)`` with ``R_t = r_t + gamma r_{t+1} + ... + gamma^{n-t} V(s_n)`` (eq-n-step-advantage), and
-``lam < 1`` the exponentially weighted GAE (eq-gae). One loss trains both networks:
+``R_t - V(s_t)`` with ``R_t = r_t + gamma r_{t+1} + ... + gamma^{n-t} V(s_n)``
+(eq-n-step-advantage), and ``lam < 1`` the exponentially weighted GAE (eq-gae). One loss trains both
+networks:
 
-    L = -1/N sum A_t log pi(a_t|s_t) + vf_coef * 1/N sum (V(s_t) - R_t)^2 - ent_coef * 1/N sum H(pi(.|s_t))   (eq-a2c-loss)
+    L = -1/N sum A_t log pi(a_t|s_t) + vf_coef * 1/N sum (V(s_t) - R_t)^2
+        - ent_coef * 1/N sum H(pi(.|s_t))                                              (eq-a2c-loss)
 
-The defaults are Stable-Baselines3's A2C (RMSprop, alpha 0.99, eps 1e-5, lr 7e-4, n_steps 5, vf_coef 0.5,
-max_grad_norm 0.5), which rl-baselines3-zoo uses for CartPole-v1 with 8 envs.
+The defaults are Stable-Baselines3's A2C (RMSprop, alpha 0.99, eps 1e-5, lr 7e-4, n_steps 5, vf_coef
+0.5, max_grad_norm 0.5), which rl-baselines3-zoo uses for CartPole-v1 with 8 envs.
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ from rlkit.training import (
 
 OPTIMIZERS = ("rmsprop", "adam")
 FLOAT32_TINY = torch.finfo(torch.float32).tiny
-# The smallest optimizer eps: a gradient g whose square underflows to 0 in float32 (|g| < 2.7e-23) moves a weight by
-# |g| / eps: at most 3e-4 times the learning rate with this eps, 2e15 times with eps = FLOAT32_TINY.
+# The smallest optimizer eps: a gradient g whose square underflows to 0 in float32 (|g| < 2.7e-23)
+# moves a weight by |g| / eps: at most 3e-4 times the learning rate with this eps, 2e15 times with
+# eps = FLOAT32_TINY.
 SMALLEST_OPTIMIZER_EPS = math.sqrt(FLOAT32_TINY)
 DEFAULTS = dict(
     total_steps=500_000,
@@ -75,7 +79,8 @@ DEFAULTS = dict(
 
 @dataclass
 class A2CConfig:
-    """A2C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+    """A2C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
+    ``DEFAULTS``."""
 
     env_id: str = "CartPole-v1"
     seed: int = 0
@@ -176,9 +181,9 @@ def validate_actor_critic(config) -> None:
     require(
         config.optimizer_eps >= SMALLEST_OPTIMIZER_EPS,
         "optimizer_eps",
-        f">= {SMALLEST_OPTIMIZER_EPS:.3g} (the "
-        "square root of float32's smallest normal number: where a gradient's square underflows to 0, the "
-        "optimizer divides the gradient by eps alone)",
+        f">= {SMALLEST_OPTIMIZER_EPS:.3g} (the square root of float32's smallest normal number: "
+        "where a gradient's square underflows to 0, the optimizer divides the gradient by eps "
+        "alone)",
         config.optimizer_eps,
     )
     require(
@@ -196,7 +201,8 @@ def validate_actor_critic(config) -> None:
 
 
 def make_optimizer(parameters, config) -> torch.optim.Optimizer:
-    """RMSprop (PyTorch's, eps outside the square root, as SB3's default) or Adam, from the config."""
+    """RMSprop (PyTorch's, eps outside the square root, as SB3's default) or Adam, from the
+    config."""
     if config.optimizer == "rmsprop":
         return torch.optim.RMSprop(
             parameters,
@@ -216,7 +222,8 @@ def a2c_loss(
     ent_coef: float,
     vf_coef: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """eq-a2c-loss: policy-gradient term (advantages held constant), value regression, entropy bonus.
+    """eq-a2c-loss: policy-gradient term (advantages held constant), value regression, entropy
+    bonus.
 
     Returns the loss and its three parts (as floats, for logging).
     """
@@ -236,7 +243,8 @@ def a2c_loss(
 def advantages_and_returns(
     rollout: Rollout, gamma: float, lam: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over the rollout, bootstrapping from ``V(s_n)`` after the last step (eq-gae; eq-n-step-advantage when lam = 1)."""
+    """GAE over the rollout, bootstrapping from ``V(s_n)`` after the last step (eq-gae;
+    eq-n-step-advantage when lam = 1)."""
     return gae(
         rollout.rewards,
         rollout.values,
@@ -250,7 +258,8 @@ def advantages_and_returns(
 def rollout_loss(
     agent: ActorCritic, rollout: Rollout, config
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """eq-a2c-loss on one rollout, with advantages from GAE; the loss and the logged metrics (A2C and A3C)."""
+    """eq-a2c-loss on one rollout, with advantages from GAE; the loss and the logged metrics (A2C
+    and A3C)."""
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     if config.normalize_advantages:
         advantages = masked_whiten(advantages)
@@ -277,8 +286,8 @@ def update(
     rollout: Rollout,
     config: A2CConfig,
 ) -> dict[str, float]:
-    """One A2C gradient step on one rollout; the logged metrics. ``flat`` holds the agent's parameters
-    (``flatten_parameters``), and ``optimizer`` steps it."""
+    """One A2C gradient step on one rollout; the logged metrics. ``flat`` holds the agent's
+    parameters (``flatten_parameters``), and ``optimizer`` steps it."""
     loss, metrics = rollout_loss(agent, rollout, config)
     optimizer.zero_grad(set_to_none=False)
     loss.backward()
@@ -289,7 +298,8 @@ def update(
 
 def clip_gradients(flat: torch.nn.Parameter, max_norm: float | None) -> float:
     """Scale the gradient by ``min(1, max_norm / (||g|| + 1e-6))`` (never when None), as
-    ``torch.nn.utils.clip_grad_norm_`` does, in three operations on the flat gradient; the norm before."""
+    ``torch.nn.utils.clip_grad_norm_`` does, in three operations on the flat gradient; the norm
+    before."""
     norm = torch.linalg.vector_norm(flat.grad)
     if max_norm is not None:
         flat.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
@@ -297,7 +307,8 @@ def clip_gradients(flat: torch.nn.Parameter, max_norm: float | None) -> float:
 
 
 def make_agent(config, envs) -> ActorCritic:
-    """The categorical actor-critic for ``envs`` (a ValueError naming env_id for anything but Discrete actions)."""
+    """The categorical actor-critic for ``envs`` (a ValueError naming env_id for anything but
+    Discrete actions)."""
     require_discrete_actions_and_flat_obs(
         config.env_id,
         envs.single_action_space,
@@ -313,8 +324,9 @@ def make_agent(config, envs) -> ActorCritic:
 
 
 class ActorCriticTrainer(Trainer):
-    """What A2C's and PPO's training share: vector envs, an ``ActorCritic`` on one flat parameter, its optimizer
-    (``build_optimizer(flat, config)``) and a ``RolloutCollector``, all in the checkpoint; one rollout per update."""
+    """What A2C's and PPO's training share: vector envs, an ``ActorCritic`` on one flat parameter,
+    its optimizer (``build_optimizer(flat, config)``) and a ``RolloutCollector``, all in the
+    checkpoint; one rollout per update."""
 
     def __init__(self, config, build_agent, build_optimizer):
         super().__init__(config)
@@ -355,7 +367,8 @@ class ActorCriticTrainer(Trainer):
 
 
 class A2CTrainer(ActorCriticTrainer):
-    """A2C's training, one rollout and one gradient step per update (``train`` runs it to the end)."""
+    """A2C's training, one rollout and one gradient step per update (``train`` runs it to the
+    end)."""
 
     algorithm = "a2c"
 
@@ -381,12 +394,14 @@ class A2CTrainer(ActorCriticTrainer):
 
 
 def train(config: A2CConfig) -> TrainResult:
-    """Train A2C on ``config.env_id``; one history row per update. ``result.agent`` is the ``ActorCritic``."""
+    """Train A2C on ``config.env_id``; one history row per update. ``result.agent`` is the
+    ``ActorCritic``."""
     return fit(A2CTrainer(config), config.progress)
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
-    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
+    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
+    episodes."""
     agent, device = result.agent.eval(), result.config.device
     return float(
         greedy_returns(

@@ -1,22 +1,23 @@
 """Asynchronous advantage actor-critic (A3C; Chapter 6), on ``torch.multiprocessing``.
 
-Mnih et al. (2016): ``num_workers`` processes, each with one environment, one thread and a local copy
-of the network, play ``num_steps`` steps, compute the same loss as A2C (eq-a2c-loss) on them, and apply
-their gradient to one *shared* model through one *shared* Adam, without a lock ("Hogwild!", Recht et al.,
-2011): two workers may update the same weights at once, and a worker's gradient may have been computed
-on weights that others have since changed. Then the worker copies the shared weights and goes on.
+Mnih et al. (2016): ``num_workers`` processes, each with one environment, one thread and a local
+copy of the network, play ``num_steps`` steps, compute the same loss as A2C (eq-a2c-loss) on them,
+and apply their gradient to one *shared* model through one *shared* Adam, without a lock
+("Hogwild!", Recht et al., 2011): two workers may update the same weights at once, and a worker's
+gradient may have been computed on weights that others have since changed. Then the worker copies
+the shared weights and goes on.
 
-What lives in shared memory (``tensor.is_shared()``): the model's parameters (one flat buffer), Adam's
-step count and both moment estimates, each worker's environment-step count and its log of finished
-episodes. Gradients stay private: each worker's shared-parameter view points at its own gradient.
+What lives in shared memory (``tensor.is_shared()``): the model's parameters (one flat buffer),
+Adam's step count and both moment estimates, each worker's environment-step count and its log of
+finished episodes. Gradients stay private: each worker's shared-parameter view points at its own
+gradient.
 
 A3C is not reproducible bit for bit: the order in which the workers' updates land depends on the
-operating system's scheduling, so two runs with the same seed differ (Chapter 6 shows the spread).
-A worker that dies (an exception, or a signal) stops the run with a ``RuntimeError`` that names it
-(and carries its traceback, when it raised one).
-Workers start from a fork server (or are spawned), not forked from the caller, so an environment of
-your own must be registered in an importable module (Gymnasium's ``"my_package.envs:MyEnv-v0"`` form of
-``env_id`` imports it first).
+operating system's scheduling, so two runs with the same seed differ (Chapter 6 shows the spread). A
+worker that dies (an exception, or a signal) stops the run with a ``RuntimeError`` that names it
+(and carries its traceback, when it raised one). Workers start from a fork server (or are spawned),
+not forked from the caller, so an environment of your own must be registered in an importable module
+(Gymnasium's ``"my_package.envs:MyEnv-v0"`` form of ``env_id`` imports it first).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ MAX_LOGGED_EPISODES = 100_000  # per worker
 
 @dataclass
 class A3CConfig:
-    """A3C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+    """A3C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
+    ``DEFAULTS``."""
 
     env_id: str = "CartPole-v1"
     seed: int = 0
@@ -126,9 +128,9 @@ class A3CConfig:
         require(
             beta1 == 0 or beta1**2 < beta2,
             "adam_betas",
-            "(beta1, beta2) with beta1 = 0 or beta1**2 < beta2 "
-            "(otherwise Adam's step m / sqrt(v) has no bound: a zero gradient after a nonzero one moves the "
-            "weights by about lr * m / eps)",
+            "(beta1, beta2) with beta1 = 0 or beta1**2 < beta2 (otherwise Adam's step m / sqrt(v) "
+            "has no bound: a zero gradient after a nonzero one moves the weights by about lr * m "
+            "/ eps)",
             self.adam_betas,
         )
         require(
@@ -149,11 +151,12 @@ class SharedAdam(torch.optim.Adam):
     """Adam whose state (step count, first and second moments) is created up front in shared memory,
     so that every worker process reads and updates the same statistics.
 
-    Its step is torch's Adam step (the same numbers, tested; only lr, betas and eps: no weight decay, AMSGrad
-    or maximize) with one change for lock-free workers: each moment is computed aside and written to shared
-    memory in one copy, and the worker steps with the moments it computed. torch's in-place
-    ``exp_avg_sq.mul_(beta2).addcmul_(grad, grad)`` leaves the second moment scaled by beta2 between its two
-    operations; a worker reading it then (zero when beta2 = 0) divides by eps, and the weights blow up."""
+    Its step is torch's Adam step (the same numbers, tested; only lr, betas and eps: no weight
+    decay, AMSGrad or maximize) with one change for lock-free workers: each moment is computed aside
+    and written to shared memory in one copy, and the worker steps with the moments it computed.
+    torch's in-place ``exp_avg_sq.mul_(beta2).addcmul_(grad, grad)`` leaves the second moment scaled
+    by beta2 between its two operations; a worker reading it then (zero when beta2 = 0) divides by
+    eps, and the weights blow up."""
 
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float):
         super().__init__(params, lr=lr, betas=betas, eps=eps, foreach=False)
@@ -207,7 +210,8 @@ class SharedRun:
 
 
 def shared_run(config: A3CConfig, agent: ActorCritic) -> SharedRun:
-    """Flatten ``agent``'s parameters into one buffer, move it and the optimizer's state to shared memory."""
+    """Flatten ``agent``'s parameters into one buffer, move it and the optimizer's state to shared
+    memory."""
     flat = flatten_parameters(agent)
     flat.data.share_memory_()
     optimizer = SharedAdam([flat], config.learning_rate, config.adam_betas, config.optimizer_eps)
@@ -222,7 +226,8 @@ def shared_run(config: A3CConfig, agent: ActorCritic) -> SharedRun:
 
 
 def run_worker(rank: int, config: A3CConfig, run: SharedRun, errors) -> None:
-    """A worker process: ``worker_loop``, with any exception's traceback sent to the main process first."""
+    """A worker process: ``worker_loop``, with any exception's traceback sent to the main process
+    first."""
     try:
         worker_loop(rank, config, run)
     except BaseException:
@@ -231,7 +236,8 @@ def run_worker(rank: int, config: A3CConfig, run: SharedRun, errors) -> None:
 
 
 def worker_loop(rank: int, config: A3CConfig, run: SharedRun) -> None:
-    """One worker: play, compute the loss on a local copy, apply its gradient to the shared model, copy back."""
+    """One worker: play, compute the loss on a local copy, apply its gradient to the shared model,
+    copy back."""
     torch.set_num_threads(1)
     seed = (
         config.seed * 1_000 + rank
@@ -272,9 +278,10 @@ def _log_episodes(run: SharedRun, rank: int, returns: list[float]) -> None:
 
 
 def train(config: A3CConfig) -> TrainResult:
-    """Train A3C with ``config.num_workers`` processes; one history row per finished episode, in order of
-    the total step count at which it ended (with the wall-clock ``time`` since the start, so throughput can
-    be read without the processes' start-up). ``result.agent`` is a private copy of the shared model."""
+    """Train A3C with ``config.num_workers`` processes; one history row per finished episode, in
+    order of the total step count at which it ended (with the wall-clock ``time`` since the start,
+    so throughput can be read without the processes' start-up). ``result.agent`` is a private copy
+    of the shared model."""
     torch.manual_seed(config.seed)
     probe = make_vector_env(config.env_id, 1)
     agent = make_agent(config, probe)  # checks the action space before any process starts
@@ -308,10 +315,12 @@ def train(config: A3CConfig) -> TrainResult:
 
 
 def worker_context():
-    """Processes started from a fork server that has imported rlkit once (spawn where there is none).
+    """Processes started from a fork server that has imported rlkit once (spawn where there is
+    none).
 
     Never a plain fork of this process: its thread pools (torch's, a notebook's) do not survive one.
-    A fresh ``spawn`` interpreter would import torch again for every worker of every run, seconds each.
+    A fresh ``spawn`` interpreter would import torch again for every worker of every run, seconds
+    each.
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
@@ -322,7 +331,8 @@ def worker_context():
 
 
 def _supervise(workers: list, run: SharedRun, config: A3CConfig, errors) -> None:
-    """Wait for the workers to finish; raise as soon as one of them fails (or the timeout passes)."""
+    """Wait for the workers to finish; raise as soon as one of them fails (or the timeout
+    passes)."""
     started = time.monotonic()
     with tqdm(
         total=config.total_steps, disable=not config.progress, desc=f"A3C {config.env_id}"
@@ -332,8 +342,9 @@ def _supervise(workers: list, run: SharedRun, config: A3CConfig, errors) -> None
             for rank, worker in enumerate(workers):
                 if worker.exitcode not in (None, 0):
                     raise RuntimeError(
-                        f"A3C worker {rank} ({worker.name}, pid {worker.pid}) {_describe(worker.exitcode)}; "
-                        f"the other workers were stopped{_traceback_of(rank, errors)}"
+                        f"A3C worker {rank} ({worker.name}, pid {worker.pid}) "
+                        f"{_describe(worker.exitcode)}; the other workers were "
+                        f"stopped{_traceback_of(rank, errors)}"
                     )
             bar.n = min(int(run.worker_steps.sum()), config.total_steps)
             bar.refresh()
@@ -351,7 +362,8 @@ def _describe(exitcode: int) -> str:
 
 
 def _traceback_of(rank: int, errors) -> str:
-    """The failed worker's traceback, when it had the chance to send one (a killed worker has none)."""
+    """The failed worker's traceback, when it had the chance to send one (a killed worker has
+    none)."""
     while not errors.empty():
         sender, text = errors.get()
         if sender == rank:
@@ -360,7 +372,8 @@ def _traceback_of(rank: int, errors) -> str:
 
 
 def _history(run: SharedRun, started: float) -> list[dict[str, float]]:
-    """One row per logged episode, by total step count: step, return, and seconds since ``train`` began."""
+    """One row per logged episode, by total step count: step, return, and seconds since ``train``
+    began."""
     rows = [
         row
         for rank in range(run.episodes.shape[0])
@@ -373,6 +386,7 @@ def _history(run: SharedRun, started: float) -> list[dict[str, float]]:
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
-    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
+    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
+    episodes."""
     agent = result.agent.eval()
     return float(greedy_returns(result.config.env_id, agent.greedy, episodes, seed).mean())

@@ -45,16 +45,19 @@ def _check_batch_time(rewards: torch.Tensor) -> None:
 def _check_last_value(last_value: torch.Tensor | None, batch: int) -> None:
     if last_value is not None and tuple(last_value.shape) != (batch,):
         raise ValueError(
-            f"last_value must have shape ({batch},) (one value per row), got {tuple(last_value.shape)}"
+            f"last_value must have shape ({batch},) (one value per row), got "
+            f"{tuple(last_value.shape)}"
         )
 
 
 def reverse_linear_scan(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """Solve ``x_t = a_t + c_t * x_{t+1}`` (eq-linear-recurrence) backwards over the last dim, ``x_T = 0``.
+    """Solve ``x_t = a_t + c_t * x_{t+1}`` (eq-linear-recurrence) backwards over the last dim,
+    ``x_T = 0``.
 
     Hillis-Steele scan: after the pass with offset ``s``, ``a_t`` holds the sum of the next ``2s``
-    terms and ``c_t`` the product of the next ``2s`` factors, so ``ceil(log2 T)`` passes of whole-tensor
-    operations replace ``T`` small ones. A zero factor (an episode end) stops everything behind it.
+    terms and ``c_t`` the product of the next ``2s`` factors, so ``ceil(log2 T)`` passes of
+    whole-tensor operations replace ``T`` small ones. A zero factor (an episode end) stops
+    everything behind it.
     """
     length = a.shape[-1]
     offset = 1
@@ -73,11 +76,12 @@ def discounted_returns(
     dones: torch.Tensor | None = None,
     last_value: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Discounted return ``G_t = r_t + gamma * (1 - done_t) * G_{t+1}`` (eq-return-recursive) for ``[B, T]``.
+    """Discounted return ``G_t = r_t + gamma * (1 - done_t) * G_{t+1}`` (eq-return-recursive) for
+    ``[B, T]``.
 
-    ``dones[:, t] = 1`` ends the episode after step ``t``: nothing after it is added.
-    ``last_value`` (shape ``[B]``) bootstraps after the last step, ``G_T = last_value`` (0 when None),
-    unless the last step is itself an episode end. No gradient flows through the result.
+    ``dones[:, t] = 1`` ends the episode after step ``t``: nothing after it is added. ``last_value``
+    (shape ``[B]``) bootstraps after the last step, ``G_T = last_value`` (0 when None), unless the
+    last step is itself an episode end. No gradient flows through the result.
     """
     _check_batch_time(rewards)
     _check_unit_interval("gamma", gamma)
@@ -101,19 +105,21 @@ def gae(
     last_value: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation (eq-gae, eq-gae-sum) for ``[B, T]`` tensors; returns ``(advantages, returns)``.
+    """Generalised advantage estimation (eq-gae, eq-gae-sum) for ``[B, T]`` tensors; returns
+    ``(advantages, returns)``.
 
     ``delta_t = r_t + gamma * (1 - end_t) * V_{t+1} - V_t`` (eq-td-error) and
-    ``A_t = delta_t + gamma * lam * (1 - end_t) * A_{t+1}`` (eq-gae); ``returns = advantages + values``
-    is the critic's target (the lambda-return). Neither carries a gradient.
+    ``A_t = delta_t + gamma * lam * (1 - end_t) * A_{t+1}`` (eq-gae);
+    ``returns = advantages + values`` is the critic's target (the lambda-return). Neither carries a
+    gradient.
 
-    - ``dones[:, t] = 1``: the episode ended after step ``t``; no bootstrap and no flow across it.
-      A truncated step is the caller's job: add ``gamma * V(final_observation)`` to its reward and mark
-      it done.
+    - ``dones[:, t] = 1``: the episode ended after step ``t``; no bootstrap and no flow across it. A
+      truncated step is the caller's job: add ``gamma * V(final_observation)`` to its reward and
+      mark it done.
     - ``last_value`` (``[B]``): ``V_T``, the bootstrap after the last step (0 when None).
-    - ``mask`` (``[B, T]``, 1 on valid tokens of right-padded rows): the end of a row's valid part is an
-      episode end, and advantages and returns are 0 where the mask is 0. A row valid up to ``T - 1``
-      still bootstraps from ``last_value``.
+    - ``mask`` (``[B, T]``, 1 on valid tokens of right-padded rows): the end of a row's valid part
+      is an episode end, and advantages and returns are 0 where the mask is 0. A row valid up to
+      ``T - 1`` still bootstraps from ``last_value``.
     """
     _check_batch_time(rewards)
     _check_unit_interval("gamma", gamma)

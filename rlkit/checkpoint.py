@@ -1,14 +1,15 @@
 """Checkpoints that survive a crash and resume a run exactly.
 
 A checkpoint is one ``torch.save`` file of plain tensors, numbers, strings, lists and dicts, so that
-``torch.load(path, weights_only=True)`` reads it without running any pickled code. It holds everything
-the next update depends on: the networks and the optimizer, the counters and the history, every random
-number generator (Python's, NumPy's, torch's, the shuffling generators, each environment's) and each
-environment's own state (its physical state, its time-limit counter), so that a resumed run continues
-with the very numbers an uninterrupted run would have drawn.
+``torch.load(path, weights_only=True)`` reads it without running any pickled code. It holds
+everything the next update depends on: the networks and the optimizer, the counters and the history,
+every random number generator (Python's, NumPy's, torch's, the shuffling generators, each
+environment's) and each environment's own state (its physical state, its time-limit counter), so
+that a resumed run continues with the very numbers an uninterrupted run would have drawn.
 
 Writing is atomic: the file is written next to its destination, flushed to disk, and renamed over it
-(``os.replace``, atomic on POSIX and Windows). A crash while writing leaves the previous checkpoint whole.
+(``os.replace``, atomic on POSIX and Windows). A crash while writing leaves the previous checkpoint
+whole.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ class CheckpointError(RuntimeError):
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call ``write(file)`` on a fresh file next to ``path``, flush it to disk, and rename it over ``path``:
-    on any failure the file already at ``path`` is left as it was, and no partial file remains."""
+    """Call ``write(file)`` on a fresh file next to ``path``, flush it to disk, and rename it over
+    ``path``: on any failure the file already at ``path`` is left as it was, and no partial file
+    remains."""
     path = Path(path)
     descriptor, partial = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".partial"
@@ -58,8 +60,9 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Read a checkpoint written by ``save_checkpoint``, with ``weights_only=True``, onto the CPU (loading
-    copies each tensor to where its module or optimizer lives; generator states must stay on the CPU)."""
+    """Read a checkpoint written by ``save_checkpoint``, with ``weights_only=True``, onto the CPU
+    (loading copies each tensor to where its module or optimizer lives; generator states must stay
+    on the CPU)."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -71,7 +74,7 @@ def load_checkpoint(path: str | Path) -> dict:
         ) from None
 
 
-# Random number generators ---------------------------------------------------------------------------
+# Random number generators -------------------------------------------------------------------------
 
 
 def global_rng_state() -> dict:
@@ -114,18 +117,20 @@ def _tuples(value):
     return tuple(_tuples(item) for item in value) if isinstance(value, (list, tuple)) else value
 
 
-# Environment state ----------------------------------------------------------------------------------
+# Environment state --------------------------------------------------------------------------------
 
 PLAIN = (bool, int, float, str, type(None))
 
 
 def env_state(env: gym.Env | gym.vector.VectorEnv) -> list[dict]:
-    """The state of an environment (or vector env) as plain values: one dict per object of its layers.
+    """The state of an environment (or vector env) as plain values: one dict per object of its
+    layers.
 
-    Every layer (the vector env, each copy's wrappers, each unwrapped env) contributes its attributes that
-    are numbers, strings, None or NumPy arrays (as tensors), its NumPy generators (as their state dicts) and
-    the generators of its spaces. That covers what Gymnasium's environments keep between steps: the
-    physical state, the time-limit counter, the episode statistics, the random streams.
+    Every layer (the vector env, each copy's wrappers, each unwrapped env) contributes its
+    attributes that are numbers, strings, None or NumPy arrays (as tensors), its NumPy generators
+    (as their state dicts) and the generators of its spaces. That covers what Gymnasium's
+    environments keep between steps: the physical state, the time-limit counter, the episode
+    statistics, the random streams.
     """
     return [_object_state(layer) for layer in _layers(env)]
 
@@ -168,8 +173,9 @@ class _Unsupported(Exception):
 
 
 def _encode(value):
-    """A value as plain checkpoint data: NumPy arrays and scalars as tensors (their dtype kept), tuples and
-    lists element by element, NumPy generators as their state. Anything else is ``_Unsupported``."""
+    """A value as plain checkpoint data: NumPy arrays and scalars as tensors (their dtype kept),
+    tuples and lists element by element, NumPy generators as their state. Anything else is
+    ``_Unsupported``."""
     if isinstance(
         value, np.generic
     ):  # before PLAIN: np.float64 is a float, but pickles as a NumPy object

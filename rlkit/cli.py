@@ -1,13 +1,14 @@
 """The ``rlkit`` command line: train, resume, evaluate, render and plot runs of the deep algorithms.
 
-    rlkit train ppo --env CartPole-v1 --seed 0 --total-steps 100000 --out runs/ppo-s0 [--set field=value ...]
+    rlkit train ppo --env CartPole-v1 --seed 0 --total-steps 100000 --out runs/ppo-s0
+        [--set field=value ...]
     rlkit train --resume runs/ppo-s0
     rlkit eval runs/ppo-s0 --episodes 100
     rlkit render runs/ppo-s0 --gif ppo.gif
     rlkit plot runs/ppo-s0 runs/ppo-s1 runs/a2c --out curves.png
 
-``rlkit train ALGO --help`` lists every hyperparameter with its default and meaning, read from the config
-dataclass (its field comments) and ``rlkit.presets``: the code is the one source of truth.
+``rlkit train ALGO --help`` lists every hyperparameter with its default and meaning, read from the
+config dataclass (its field comments) and ``rlkit.presets``: the code is the one source of truth.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def hyperparameter_help(name: str) -> str:
     defaults = getattr(spec.module, "DEFAULTS", {})
     presets = PRESETS.get(name, {})
     lines = [
-        f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes from the "
-        f"env's preset where there is one, else from the default):"
+        f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes "
+        "from the env's preset where there is one, else from the default):"
     ]
     for field in dataclasses.fields(spec.config):
         default = defaults.get(field.name, field.default)
@@ -93,7 +94,8 @@ def hyperparameter_help(name: str) -> str:
 
 
 def parse_value(text: str):
-    """A ``--set`` value: a Python literal (1e-3, 64, [64,64], True, None), inf or nan, else the text itself."""
+    """A ``--set`` value: a Python literal (1e-3, 64, [64,64], True, None), inf or nan, else the
+    text itself."""
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -113,7 +115,8 @@ def parse_settings(pairs: list[str], config_class: type) -> dict:
             raise ValueError(f"--set takes FIELD=VALUE, got {pair!r}")
         if name not in names:
             raise ValueError(
-                f"--set: {name!r} is not a field of {config_class.__name__}; fields: {', '.join(sorted(names))}"
+                f"--set: {name!r} is not a field of {config_class.__name__}; fields: "
+                f"{', '.join(sorted(names))}"
             )
         settings[name] = parse_value(text.strip())
     return settings
@@ -172,7 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
             "--checkpoint-every",
             type=int,
             metavar="N",
-            help="write a checkpoint and the metrics every N updates (default: 10; on --resume the run's own)",
+            help=(
+                "write a checkpoint and the metrics every N updates (default: 10; on --resume "
+                "the run's own)"
+            ),
         )
         sub.add_argument(
             "--resume",
@@ -258,7 +264,8 @@ def command_train(args) -> None:
     result = train_run(spec.name, config, out, checkpoint_every, resume=resume is not None)
     returns = [row["episode_return"] for row in result.history[-10:] if "episode_return" in row]
     print(
-        f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: {len(result.history)} updates"
+        f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: "
+        f"{len(result.history)} updates"
         + (
             f", training return over the last updates {sum(returns) / len(returns):.1f}"
             if returns
@@ -287,7 +294,8 @@ def _config_from(args, spec):
 
 
 def _require_same(algorithm: str, saved, args, run: str) -> None:
-    """``--resume`` with ALGO and options: they must describe the saved run (options left out are the run's)."""
+    """``--resume`` with ALGO and options: they must describe the saved run (options left out are
+    the run's)."""
     if args.algorithm != algorithm:
         raise ValueError(f"--resume {run}: the run is of {algorithm}, not {args.algorithm}")
     if args.out is not None and Path(args.out).resolve() != Path(run).resolve():
@@ -312,8 +320,9 @@ def command_eval(args) -> None:
     returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
     point, low, high = stratified_bootstrap_ci(returns, "mean", seed=0)
     print(
-        f"{args.run}: greedy return over {len(returns)} episodes: mean {point:.2f} (95% bootstrap CI {low:.2f} to "
-        f"{high:.2f}), std {returns.std():.2f}, IQM {iqm(returns):.2f}, min {returns.min():.2f}, max {returns.max():.2f}"
+        f"{args.run}: greedy return over {len(returns)} episodes: mean {point:.2f} (95% bootstrap "
+        f"CI {low:.2f} to {high:.2f}), std {returns.std():.2f}, IQM {iqm(returns):.2f}, min "
+        f"{returns.min():.2f}, max {returns.max():.2f}"
     )
 
 

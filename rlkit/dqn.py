@@ -1,4 +1,5 @@
-"""Deep Q-learning (Chapter 4): Q-learning with a neural network, a replay buffer and a target network.
+"""Deep Q-learning (Chapter 4): Q-learning with a neural network, a replay buffer and a target
+network.
 
 Mnih et al. (2015), with the double-DQN target of van Hasselt et al. (2016) as an option. The TD
 target bootstraps unless the episode *terminated*: a time-limit truncation stores the true final
@@ -56,7 +57,8 @@ DEFAULTS = dict(
 
 @dataclass
 class DQNConfig:
-    """DQN's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+    """DQN's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
+    ``DEFAULTS``."""
 
     env_id: str = "CartPole-v1"
     seed: int = 0
@@ -215,8 +217,8 @@ def td_targets(
     gamma: float,
     double: bool,
 ):
-    """``y = r + gamma (1 - terminated) Q_target(s', a*)`` (eq-dqn-target); ``a* = argmax Q_target`` or, for
-    double DQN, ``argmax Q_online`` (eq-double-dqn-target)."""
+    """``y = r + gamma (1 - terminated) Q_target(s', a*)`` (eq-dqn-target); ``a* = argmax Q_target``
+    or, for double DQN, ``argmax Q_online`` (eq-double-dqn-target)."""
     with torch.no_grad():
         next_q = q_target(next_obs)
         best = (q_online(next_obs) if double else next_q).argmax(dim=1, keepdim=True)
@@ -224,7 +226,8 @@ def td_targets(
 
 
 def epsilon_at(step: int, config: DQNConfig) -> float:
-    """Linear decay from start_epsilon to end_epsilon over exploration_fraction * total_steps, then constant."""
+    """Linear decay from start_epsilon to end_epsilon over exploration_fraction * total_steps, then
+    constant."""
     progress = min(1.0, step / (config.exploration_fraction * config.total_steps))
     return config.start_epsilon + progress * (config.end_epsilon - config.start_epsilon)
 
@@ -238,7 +241,8 @@ def _make_env(config: DQNConfig) -> gym.Env:
 
 
 class DQNTrainer(StepBudgetTrainer):
-    """DQN's training: environment steps up to the next training burst form one update (one history row)."""
+    """DQN's training: environment steps up to the next training burst form one update (one history
+    row)."""
 
     algorithm = "dqn"
 
@@ -363,7 +367,8 @@ def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> fl
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
-    """Mean undiscounted return of the greedy policy ``argmax_a Q(s, a)`` over ``episodes`` episodes."""
+    """Mean undiscounted return of the greedy policy ``argmax_a Q(s, a)`` over ``episodes``
+    episodes."""
     q, device = result.agent.eval(), result.config.device
     return float(
         greedy_returns(

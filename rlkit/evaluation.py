@@ -1,21 +1,23 @@
-"""Results over few runs, reported the rliable way: robust aggregates with stratified-bootstrap intervals.
+"""Results over few runs, reported the rliable way: robust aggregates with stratified-bootstrap
+intervals.
 
-Agarwal et al. (2021), "Deep Reinforcement Learning at the Edge of the Statistical Precipice": with the
-handful of runs deep RL can afford, a point estimate (the mean of three seeds) hides how much it would
-move with other seeds. Report an interval estimate instead, of an aggregate that a single odd run cannot
-drag far: the interquartile mean (IQM), the mean of the middle 50% of all runs and tasks.
+Agarwal et al. (2021), "Deep Reinforcement Learning at the Edge of the Statistical Precipice": with
+the handful of runs deep RL can afford, a point estimate (the mean of three seeds) hides how much it
+would move with other seeds. Report an interval estimate instead, of an aggregate that a single odd
+run cannot drag far: the interquartile mean (IQM), the mean of the middle 50% of all runs and tasks.
 
-The layout is rliable's: a score matrix is ``[runs, tasks]``, one row per run (seed), one column per task.
-The bootstrap is stratified by task: each resample draws, for every task separately, as many runs as the
-task has, with replacement, from that task's own runs (tasks are never mixed, and each task draws its own
-runs). The interval is the percentile interval of the statistic over the resamples, as rliable's
-``get_interval_estimates(..., method="percentile")`` computes it (with ``np.percentile``'s default linear
-interpolation). Numpy only: the IQM is ``scipy.stats.trim_mean(scores, 0.25, axis=None)``, reimplemented.
+The layout is rliable's: a score matrix is ``[runs, tasks]``, one row per run (seed), one column per
+task. The bootstrap is stratified by task: each resample draws, for every task separately, as many
+runs as the task has, with replacement, from that task's own runs (tasks are never mixed, and each
+task draws its own runs). The interval is the percentile interval of the statistic over the
+resamples, as rliable's ``get_interval_estimates(..., method="percentile")`` computes it (with
+``np.percentile``'s default linear interpolation). Numpy only: the IQM is
+``scipy.stats.trim_mean(scores, 0.25, axis=None)``, reimplemented.
 
-With one task and few runs, the stratified bootstrap is the plain bootstrap over runs, and its interval is
-too narrow: a resample can never spread wider than the runs themselves, so with 3 runs a "95%" percentile
-interval of the mean covers the true mean in about three experiments of four. It is a floor on the
-uncertainty, not a guarantee; more runs (or more tasks) are the cure.
+With one task and few runs, the stratified bootstrap is the plain bootstrap over runs, and its
+interval is too narrow: a resample can never spread wider than the runs themselves, so with 3 runs a
+"95%" percentile interval of the mean covers the true mean in about three experiments of four. It is
+a floor on the uncertainty, not a guarantee; more runs (or more tasks) are the cure.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ _CHUNK_ELEMENTS = 1 << 22  # resampled scores held in memory at once (32 MiB of 
 
 
 def _finite_array(name: str, values) -> np.ndarray:
-    """``values`` as a non-empty float64 array with no NaN or inf, or a ValueError naming ``name``."""
+    """``values`` as a non-empty float64 array with no NaN or inf, or a ValueError naming
+    ``name``."""
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
@@ -100,8 +103,9 @@ def _check_threshold(threshold) -> float:
 
 
 def _trim_mean_last_axis(x: np.ndarray) -> np.ndarray:
-    """The 25% trimmed mean along the last axis, exactly as ``scipy.stats.trim_mean``: ``int(0.25 * n)``
-    values are cut at each end (none when n < 4), and the mean of the rest is taken."""
+    """The 25% trimmed mean along the last axis, exactly as ``scipy.stats.trim_mean``:
+    ``int(0.25 * n)`` values are cut at each end (none when n < 4), and the mean of the rest is
+    taken."""
     n = x.shape[-1]
     cut = int(IQM_CUT * n)
     if cut == 0:
@@ -114,9 +118,10 @@ def iqm(scores, axis: int | None = None):
     """The interquartile mean: the mean of the middle 50% of ``scores``, trimming 25% at each end.
 
     Semantics of ``scipy.stats.trim_mean(scores, proportiontocut=0.25, axis=axis)``, which rliable's
-    ``aggregate_iqm`` calls with ``axis=None``: over the flattened array by default, ``int(0.25 * n)`` values
-    cut from each end of the sorted ``n`` values (so with fewer than 4 values nothing is cut and the IQM is
-    the mean; with 5 to 7 one value is cut at each end). Returns a float for ``axis=None``, else an array.
+    ``aggregate_iqm`` calls with ``axis=None``: over the flattened array by default,
+    ``int(0.25 * n)`` values cut from each end of the sorted ``n`` values (so with fewer than 4
+    values nothing is cut and the IQM is the mean; with 5 to 7 one value is cut at each end).
+    Returns a float for ``axis=None``, else an array.
     """
     array = _finite_array("scores", scores)
     if axis is None:
@@ -125,7 +130,8 @@ def iqm(scores, axis: int | None = None):
 
 
 def _aggregate_batched(samples: np.ndarray, statistic: str, threshold: float) -> np.ndarray:
-    """``statistic`` of each ``[runs, tasks]`` matrix in ``samples[..., runs, tasks]``, shape ``samples.shape[:-2]``."""
+    """``statistic`` of each ``[runs, tasks]`` matrix in ``samples[..., runs, tasks]``, shape
+    ``samples.shape[:-2]``."""
     if statistic == "mean":  # mean over tasks of each task's mean over runs
         return samples.mean(axis=-2).mean(axis=-1)
     if statistic == "median":  # median over tasks of each task's mean over runs
@@ -136,15 +142,16 @@ def _aggregate_batched(samples: np.ndarray, statistic: str, threshold: float) ->
 
 
 def aggregate(scores, statistic: str = "iqm", *, threshold: float = 1.0) -> float:
-    """One number for a score matrix ``[runs, tasks]`` (a 1-D array is one task), as rliable's metrics compute it.
+    """One number for a score matrix ``[runs, tasks]`` (a 1-D array is one task), as rliable's
+    metrics compute it.
 
     - ``"mean"``: the mean over tasks of each task's mean over runs (``aggregate_mean``);
-    - ``"median"``: the median over tasks of each task's mean over runs (``aggregate_median``; with one task,
-      the mean);
+    - ``"median"``: the median over tasks of each task's mean over runs (``aggregate_median``; with
+      one task, the mean);
     - ``"iqm"``: the interquartile mean of all runs of all tasks together (``aggregate_iqm``);
-    - ``"optimality_gap"``: ``threshold - mean(min(scores, threshold))``, how far the scores fall short of
-      ``threshold`` on average, scores above it counting as ``threshold`` (rliable's ``gamma``, 1 for
-      normalised scores).
+    - ``"optimality_gap"``: ``threshold - mean(min(scores, threshold))``, how far the scores fall
+      short of ``threshold`` on average, scores above it counting as ``threshold`` (rliable's
+      ``gamma``, 1 for normalised scores).
     """
     matrix = _score_matrix(scores)
     statistic = _check_statistic(statistic, STATISTICS)
@@ -154,7 +161,8 @@ def aggregate(scores, statistic: str = "iqm", *, threshold: float = 1.0) -> floa
 def _percentile_interval(
     replicates: np.ndarray, confidence: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The percentile interval along axis 0, with ``np.percentile``'s linear interpolation (as arch, under rliable)."""
+    """The percentile interval along axis 0, with ``np.percentile``'s linear interpolation (as arch,
+    under rliable)."""
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(replicates, [alpha, 1.0 - alpha], axis=0)
     return low, high
@@ -169,14 +177,16 @@ def stratified_bootstrap_ci(
     *,
     threshold: float = 1.0,
 ) -> tuple[float, float, float]:
-    """``(point, low, high)``: ``statistic`` of ``scores`` ``[runs, tasks]`` and its stratified-bootstrap interval.
+    """``(point, low, high)``: ``statistic`` of ``scores`` ``[runs, tasks]`` and its
+    stratified-bootstrap interval.
 
-    Each of ``reps`` resamples draws, independently for every task, ``runs`` indices with replacement and
-    takes that task's scores at them (rliable's ``StratifiedBootstrap``: tasks are never mixed); the
-    interval runs from the ``(1 - confidence) / 2`` to the ``(1 + confidence) / 2`` quantile of the
-    statistic over the resamples (rliable's ``method="percentile"``). A 1-D ``scores`` is one task.
-    ``statistic`` is one of :data:`STATISTICS` (see :func:`aggregate`); the same ``seed`` gives the same
-    interval (``None``: fresh randomness).
+    Each of ``reps`` resamples draws, independently for every task, ``runs`` indices with
+    replacement and takes that task's scores at them (rliable's ``StratifiedBootstrap``: tasks are
+    never mixed); the interval runs from the ``(1 - confidence) / 2`` to the
+    ``(1 + confidence) / 2`` quantile of the statistic over the resamples (rliable's
+    ``method="percentile"``). A 1-D ``scores`` is one task. ``statistic`` is one of
+    :data:`STATISTICS` (see :func:`aggregate`); the same ``seed`` gives the same interval (``None``:
+    fresh randomness).
     """
     matrix = _score_matrix(scores)
     statistic = _check_statistic(statistic, STATISTICS)
@@ -200,14 +210,15 @@ def stratified_bootstrap_ci(
 def curve_band(
     curves, statistic: str = "iqm", reps: int = 2000, confidence: float = 0.95, seed: int | None = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(point, low, high)``, each of shape ``[points]``: a statistic of learning curves over runs, with a band.
+    """``(point, low, high)``, each of shape ``[points]``: a statistic of learning curves over runs,
+    with a band.
 
-    ``curves`` is ``[runs, points]``, one task: row ``i`` is run ``i``'s curve at the same x values. At every
-    point, the statistic over runs (``"iqm"`` or ``"mean"``) and its bootstrap percentile interval, the
-    one-task case of :func:`stratified_bootstrap_ci`. The resampled runs are drawn once for all points (a
-    resample takes whole curves), so the band costs one set of draws and moves smoothly along x; at each
-    point on its own it is the same bootstrap. (rliable draws every point separately; each point's
-    interval follows the same distribution either way.)
+    ``curves`` is ``[runs, points]``, one task: row ``i`` is run ``i``'s curve at the same x values.
+    At every point, the statistic over runs (``"iqm"`` or ``"mean"``) and its bootstrap percentile
+    interval, the one-task case of :func:`stratified_bootstrap_ci`. The resampled runs are drawn
+    once for all points (a resample takes whole curves), so the band costs one set of draws and
+    moves smoothly along x; at each point on its own it is the same bootstrap. (rliable draws every
+    point separately; each point's interval follows the same distribution either way.)
     """
     array = _finite_array("curves", curves)
     if array.ndim != 2:

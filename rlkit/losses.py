@@ -1,7 +1,8 @@
 """Losses and estimators shared by REINFORCE, A2C, PPO and the RLHF chapters.
 
 All take batch-first tensors and an optional ``mask`` (1 on valid entries). A loss returns a scalar:
-the mean over valid entries (the token mean). Diagnostics are separate functions, so a loss is just a loss.
+the mean over valid entries (the token mean). Diagnostics are separate functions, so a loss is just
+a loss.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def _check_same_shape(
     for name, tensor in others.items():
         if tensor is not None and tuple(tensor.shape) != tuple(reference.shape):
             raise ValueError(
-                f"{name} must have the shape of {reference_name} {tuple(reference.shape)}, got {tuple(tensor.shape)}"
+                f"{name} must have the shape of {reference_name} {tuple(reference.shape)}, got "
+                f"{tuple(tensor.shape)}"
             )
 
 
@@ -43,8 +45,9 @@ def _check_clip(name: str, value: float | None) -> None:
 def zero_padding(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """``x`` with its padded entries (mask 0) set to 0, *before* any arithmetic touches them.
 
-    Padding can hold anything (a log-ratio of 100, ``inf``, ``nan``): multiplying by the mask afterwards
-    gives ``inf * 0 = nan``, in the loss and in the gradient. Selecting with ``torch.where`` does not.
+    Padding can hold anything (a log-ratio of 100, ``inf``, ``nan``): multiplying by the mask
+    afterwards gives ``inf * 0 = nan``, in the loss and in the gradient. Selecting with
+    ``torch.where`` does not.
     """
     return (
         x
@@ -97,8 +100,8 @@ def policy_gradient_loss(
 ) -> torch.Tensor:
     """REINFORCE / actor-critic surrogate ``-mean(log pi(a|s) * A)`` (Chapter 5 derives it).
 
-    Its gradient is the policy-gradient estimate. The advantages are treated as constants (detached):
-    a critic must never learn through the actor's loss.
+    Its gradient is the policy-gradient estimate. The advantages are treated as constants
+    (detached): a critic must never learn through the actor's loss.
     """
     _check_same_shape("logprobs", logprobs, advantages=advantages, mask=mask)
     return -masked_mean(
@@ -114,11 +117,12 @@ def clipped_policy_loss(
     mask: torch.Tensor | None = None,
     clip_eps_high: float | None = None,
 ) -> torch.Tensor:
-    """PPO's clipped surrogate (Chapter 7): ``mean(max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high)))``.
+    """PPO's clipped surrogate (Chapter 7):
+    ``mean(max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high)))``.
 
-    ``rho = exp(logprobs - old_logprobs)``; ``clip_eps_high`` (default ``clip_eps``) allows the asymmetric
-    "clip-higher" range of DAPO. The max of the two negated terms is the pessimistic bound: on the
-    clipped side the gradient is zero.
+    ``rho = exp(logprobs - old_logprobs)``; ``clip_eps_high`` (default ``clip_eps``) allows the
+    asymmetric "clip-higher" range of DAPO. The max of the two negated terms is the pessimistic
+    bound: on the clipped side the gradient is zero.
     """
     _check_same_shape(
         "logprobs", logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask
@@ -157,9 +161,11 @@ def clipped_value_loss(
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy ``-sum_a pi(a) log pi(a)`` of the categorical distribution at each position (last dim).
+    """Entropy ``-sum_a pi(a) log pi(a)`` of the categorical distribution at each position (last
+    dim).
 
-    Actions masked out with ``-inf`` logits have probability 0 and contribute 0 (not ``0 * -inf = nan``).
+    Actions masked out with ``-inf`` logits have probability 0 and contribute 0 (not
+    ``0 * -inf = nan``).
     """
     logp = torch.log_softmax(logits, dim=-1)
     probs = logp.exp()
@@ -169,7 +175,8 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
 def kl_estimate(
     logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str = "k3"
 ) -> torch.Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Chapter 10; Schulman 2020); no reduction.
+    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi (Chapter 10; Schulman
+    2020); no reduction.
 
     With ``log_r = ref_logprobs - logprobs``: k1 = -log_r (unbiased, can be negative),
     k2 = log_r^2 / 2 (biased, low variance), k3 = exp(log_r) - log_r - 1 (unbiased and >= 0).
@@ -188,7 +195,8 @@ def kl_estimate(
 def approx_kl(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Diagnostic: k3 estimate of KL(pi_old || pi) over the rollout's samples, as PPO implementations log it."""
+    """Diagnostic: k3 estimate of KL(pi_old || pi) over the rollout's samples, as PPO
+    implementations log it."""
     with torch.no_grad():
         return masked_mean(
             kl_estimate(zero_padding(old_logprobs, mask), zero_padding(logprobs, mask), "k3"), mask
@@ -202,7 +210,8 @@ def clip_fraction(
     mask: torch.Tensor | None = None,
     clip_eps_high: float | None = None,
 ) -> torch.Tensor:
-    """Diagnostic: fraction of valid entries whose ratio lies outside ``[1 - eps, 1 + eps_high]``."""
+    """Diagnostic: fraction of valid entries whose ratio lies outside
+    ``[1 - eps, 1 + eps_high]``."""
     _check_same_shape("logprobs", logprobs, old_logprobs=old_logprobs, mask=mask)
     _check_clip("clip_eps", clip_eps)
     _check_clip("clip_eps_high", clip_eps_high)
@@ -216,7 +225,8 @@ def clip_fraction(
 def explained_variance(
     values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Diagnostic: ``1 - Var[R - V] / Var[R]`` over valid entries (1 is perfect, <= 0 is no better than a constant)."""
+    """Diagnostic: ``1 - Var[R - V] / Var[R]`` over valid entries (1 is perfect, <= 0 is no better
+    than a constant)."""
     _check_same_shape("values", values, returns=returns, mask=mask)
     with torch.no_grad():
         values, returns = zero_padding(values, mask), zero_padding(returns, mask)

@@ -1,9 +1,10 @@
 """Small networks shared by every deep algorithm in the book: MLP torsos, Q, value and policy heads.
 
 Orthogonal initialisation (Saxe et al., 2014), as the PPO implementation details prescribe: hidden
-layers with gain sqrt(2), a policy head with gain 0.01 (a near-uniform first policy), value heads with
-gain 1. Q-networks keep PyTorch's default initialisation, as DQN implementations (SB3, CleanRL) do: the
-DQN presets are tuned for it, and with orthogonal gains the same preset learned far worse in our runs.
+layers with gain sqrt(2), a policy head with gain 0.01 (a near-uniform first policy), value heads
+with gain 1. Q-networks keep PyTorch's default initialisation, as DQN implementations (SB3, CleanRL)
+do: the DQN presets are tuned for it, and with orthogonal gains the same preset learned far worse in
+our runs.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def mlp(
     activation: str = "tanh",
     output_gain: float | None = VALUE_GAIN,
 ) -> nn.Sequential:
-    """``in_dim -> hidden... -> out_dim`` with the activation between layers and none after the last.
+    """``in_dim -> hidden... -> out_dim`` with the activation between layers and none after the
+    last.
 
     ``output_gain=None`` keeps PyTorch's default initialisation for every layer.
     """
@@ -44,7 +46,8 @@ def mlp(
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     if in_dim < 1 or out_dim < 1 or any(size < 1 for size in hidden_sizes):
         raise ValueError(
-            f"layer sizes must be >= 1, got in_dim={in_dim}, hidden_sizes={list(hidden_sizes)}, out_dim={out_dim}"
+            f"layer sizes must be >= 1, got in_dim={in_dim}, hidden_sizes={list(hidden_sizes)}, "
+            f"out_dim={out_dim}"
         )
     layers: list[nn.Module] = []
     init = (lambda layer, gain=HIDDEN_GAIN: layer) if output_gain is None else layer_init
@@ -56,7 +59,8 @@ def mlp(
 
 
 class QNetwork(nn.Module):
-    """``Q(s, .)``: one output per discrete action (PyTorch's default initialisation; see the module docstring)."""
+    """``Q(s, .)``: one output per discrete action (PyTorch's default initialisation; see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -114,12 +118,14 @@ class CategoricalPolicy(nn.Module):
     def log_prob_and_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(log pi(a|s), H(pi(.|s)))``, equal to the ``Categorical`` distribution's, with gradients."""
+        """``(log pi(a|s), H(pi(.|s)))``, equal to the ``Categorical`` distribution's, with
+        gradients."""
         return categorical_log_prob_and_entropy(self(obs), actions)
 
 
 class GaussianPolicy(nn.Module):
-    """``pi(a|s) = N(mu(s), diag(sigma^2))`` with a state-independent, learned log-std per action dimension."""
+    """``pi(a|s) = N(mu(s), diag(sigma^2))`` with a state-independent, learned log-std per action
+    dimension."""
 
     def __init__(
         self,
@@ -144,7 +150,8 @@ class GaussianPolicy(nn.Module):
         return self(obs)
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(a, log pi(a|s))`` with ``a ~ N(mu(s), sigma^2)`` (unbounded: the caller clips to the action bounds)."""
+        """``(a, log pi(a|s))`` with ``a ~ N(mu(s), sigma^2)`` (unbounded: the caller clips to the
+        action bounds)."""
         return gaussian_sample(self(obs), self.log_std)
 
     def log_prob_and_entropy(
@@ -188,22 +195,25 @@ def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> tuple[torch.Te
 def gaussian_log_prob_and_entropy(
     mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Diagonal Gaussian log-density and entropy, each summed over the action dimensions, with gradients."""
+    """Diagonal Gaussian log-density and entropy, each summed over the action dimensions, with
+    gradients."""
     z = (actions - mean) * torch.exp(-log_std)
     logprobs = (-0.5 * z.pow(2) - log_std - HALF_LOG_TWO_PI).sum(dim=-1)
     return logprobs, (0.5 + HALF_LOG_TWO_PI + log_std).sum().expand(mean.shape[:-1])
 
 
 class ActorCritic(nn.Module):
-    """A policy MLP and a value MLP of the same hidden sizes, with separate torsos, computed as one network.
+    """A policy MLP and a value MLP of the same hidden sizes, with separate torsos, computed as one
+    network.
 
-    Slice 0 of every stacked weight is the actor, slice 1 the critic: each layer is one batched matrix
-    product (``torch.baddbmm``) for both, so a forward pass costs the operations of one small MLP, not
-    two (the actor-critic's speed on a CPU is the number of operations, not their size). The result is
-    the same function as ``CategoricalPolicy`` or ``GaussianPolicy`` plus ``ValueNetwork`` with the same
-    weights (``tests/test_nets.py`` checks it), with the same initialisation: orthogonal, gain sqrt(2)
-    in hidden layers, 0.01 for the policy head and 1 for the value head. The critic's head is padded to
-    the actor's width; only its column 0 is read, so the padding gets no gradient and stays 0.
+    Slice 0 of every stacked weight is the actor, slice 1 the critic: each layer is one batched
+    matrix product (``torch.baddbmm``) for both, so a forward pass costs the operations of one small
+    MLP, not two (the actor-critic's speed on a CPU is the number of operations, not their size).
+    The result is the same function as ``CategoricalPolicy`` or ``GaussianPolicy`` plus
+    ``ValueNetwork`` with the same weights (``tests/test_nets.py`` checks it), with the same
+    initialisation: orthogonal, gain sqrt(2) in hidden layers, 0.01 for the policy head and 1 for
+    the value head. The critic's head is padded to the actor's width; only its column 0 is read, so
+    the padding gets no gradient and stays 0.
     """
 
     def __init__(
@@ -218,7 +228,8 @@ class ActorCritic(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        # Two ordinary MLPs give the initial weights (their init is the one the book describes), then are dropped.
+        # Two ordinary MLPs give the initial weights (their init is the one the book describes),
+        # then are dropped.
         actor = mlp(obs_dim, hidden_sizes, action_dim, activation, POLICY_GAIN)
         critic = mlp(obs_dim, hidden_sizes, 1, activation, VALUE_GAIN)
         self.num_layers = len(hidden_sizes) + 1
@@ -262,8 +273,9 @@ class ActorCritic(nn.Module):
 
     @property
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``(weight [2, in, out], bias [2, 1, out])`` per layer, read from the registered parameters each time
-        (so that ``load_state_dict(assign=True)`` and ``torch.func.functional_call`` reach ``forward``)."""
+        """``(weight [2, in, out], bias [2, 1, out])`` per layer, read from the registered
+        parameters each time (so that ``load_state_dict(assign=True)`` and
+        ``torch.func.functional_call`` reach ``forward``)."""
         parameters = self._parameters
         return [
             (parameters[f"weight{index}"], parameters[f"bias{index}"])
@@ -271,7 +283,8 @@ class ActorCritic(nn.Module):
         ]
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(policy output, V(s))``: logits (or Gaussian means) ``[..., action_dim]`` and values ``[...]``."""
+        """``(policy output, V(s))``: logits (or Gaussian means) ``[..., action_dim]`` and values
+        ``[...]``."""
         hidden = (obs if obs.dim() == 2 else obs.reshape(-1, obs.shape[-1])).expand(2, -1, -1)
         layers = self.layers
         for weight, bias in layers[:-1]:
@@ -297,7 +310,8 @@ class ActorCritic(nn.Module):
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log pi(a|s), entropy of pi(.|s), V(s))`` for stored observations and actions, with gradients."""
+        """``(log pi(a|s), entropy of pi(.|s), V(s))`` for stored observations and actions, with
+        gradients."""
         head, values = self(obs)
         if self.continuous:
             return (*gaussian_log_prob_and_entropy(head, self.log_std, actions), values)
@@ -310,7 +324,8 @@ class ActorCritic(nn.Module):
 
 
 class ValueView(nn.Module):
-    """``V(s)`` of an ``ActorCritic`` as a module of its own (``TrainResult.critic``); shares its parameters."""
+    """``V(s)`` of an ``ActorCritic`` as a module of its own (``TrainResult.critic``); shares its
+    parameters."""
 
     def __init__(self, agent: ActorCritic):
         super().__init__()
@@ -321,12 +336,13 @@ class ValueView(nn.Module):
 
 
 def flatten_parameters(module: nn.Module) -> nn.Parameter:
-    """Move every parameter of ``module`` into one contiguous buffer; return it as a single ``Parameter``.
+    """Move every parameter of ``module`` into one contiguous buffer; return it as a single
+    ``Parameter``.
 
     The module's parameters become views of that buffer, and their gradients views of its gradient
-    (autograd accumulates into an existing ``.grad`` in place), so an optimizer or a gradient clip over
-    the one flat parameter does a handful of large operations instead of a handful per layer. Call it
-    after moving the module to its device; zero gradients with ``set_to_none=False``.
+    (autograd accumulates into an existing ``.grad`` in place), so an optimizer or a gradient clip
+    over the one flat parameter does a handful of large operations instead of a handful per layer.
+    Call it after moving the module to its device; zero gradients with ``set_to_none=False``.
     """
     parameters = list(module.parameters())
     flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in parameters]))
@@ -349,8 +365,9 @@ def adam_move(
     betas: tuple[float, float],
     eps: float,
 ) -> None:
-    """Adam's move once the moments are updated: ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``, with the
-    bias corrections ``m_hat = m / (1 - b1^t)`` and ``v_hat = v / (1 - b2^t)``, computed as ``torch.optim.Adam``
+    """Adam's move once the moments are updated:
+    ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``, with the bias corrections
+    ``m_hat = m / (1 - b1^t)`` and ``v_hat = v / (1 - b2^t)``, computed as ``torch.optim.Adam``
     computes them (callers hold ``torch.no_grad``)."""
     beta1, beta2 = betas
     denominator = (exp_avg_sq.sqrt() / (1.0 - beta2**steps) ** 0.5).add_(eps)
@@ -358,11 +375,12 @@ def adam_move(
 
 
 class FlatAdam:
-    """Adam (Kingma & Ba, 2015) for one flat parameter (``flatten_parameters``), in seven tensor operations.
+    """Adam (Kingma & Ba, 2015) for one flat parameter (``flatten_parameters``), in seven tensor
+    operations.
 
-    The same arithmetic as ``torch.optim.Adam`` (``tests/test_nets.py`` compares them step by step), without
-    its per-call machinery (hooks, parameter groups, state dicts), which costs more than the arithmetic itself
-    when PPO takes thousands of steps on a network of a few thousand weights.
+    The same arithmetic as ``torch.optim.Adam`` (``tests/test_nets.py`` compares them step by step),
+    without its per-call machinery (hooks, parameter groups, state dicts), which costs more than the
+    arithmetic itself when PPO takes thousands of steps on a network of a few thousand weights.
     """
 
     def __init__(
@@ -378,7 +396,8 @@ class FlatAdam:
 
     @torch.no_grad()
     def step(self) -> None:
-        """``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``, ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``."""
+        """``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``,
+        ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``."""
         beta1, beta2 = self.betas
         grad = self.flat.grad
         self.steps += 1

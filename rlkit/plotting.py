@@ -1,4 +1,5 @@
-"""Small plotting helpers the notebooks share: value heat-maps, policy arrows, paths, return histograms, curves.
+"""Small plotting helpers the notebooks share: value heat-maps, policy arrows, paths, return
+histograms, curves.
 
 Each function draws on the axes it is given (or a new one) and returns those axes, so a notebook can
 put several panels side by side and still style them. Nothing here calls ``plt.show()``.
@@ -24,11 +25,13 @@ __all__ = [
 
 
 def _as_grid(name: str, array, shape: tuple[int, int]) -> np.ndarray:
-    """``array`` (one entry per cell, row-major) reshaped to ``shape``, or a ValueError naming ``name``."""
+    """``array`` (one entry per cell, row-major) reshaped to ``shape``, or a ValueError naming
+    ``name``."""
     array = np.asarray(array)
     if array.size != shape[0] * shape[1]:
         raise ValueError(
-            f"{name} must have {shape[0] * shape[1]} entries (one per cell of shape {shape}), got {array.size}"
+            f"{name} must have {shape[0] * shape[1]} entries (one per cell of shape {shape}), got "
+            f"{array.size}"
         )
     return array.reshape(shape)
 
@@ -46,9 +49,10 @@ def plot_value_heatmap(
 ) -> Axes:
     """Draw a gridworld's state values as a heat-map with each cell's value written in it.
 
-    ``values`` has one entry per state, in the row-major order of the gridworld (``row * n_cols + col``).
-    ``walls`` (booleans, same size) marks cells drawn blank and left unannotated; NaN values are drawn
-    blank too. Pass the same ``vmin``/``vmax`` to panels that should share one colour scale.
+    ``values`` has one entry per state, in the row-major order of the gridworld
+    (``row * n_cols + col``). ``walls`` (booleans, same size) marks cells drawn blank and left
+    unannotated; NaN values are drawn blank too. Pass the same ``vmin``/``vmax`` to panels that
+    should share one colour scale.
     """
     if len(shape) != 2 or min(shape) < 1:
         raise ValueError(f"shape must be (n_rows, n_cols) with positive sizes, got {shape!r}")
@@ -88,10 +92,11 @@ def plot_return_distribution(
     bins: int = 40,
     title: str | None = None,
 ) -> Axes:
-    """Histogram of sampled returns, with their mean (dashed) and, if given, the exact value (solid).
+    """Histogram of sampled returns, with their mean (dashed) and, if given, the exact value
+    (solid).
 
-    The value of a state is the mean of this distribution (eq. ``eq-value``); the spread is what makes
-    Monte Carlo estimates noisy.
+    The value of a state is the mean of this distribution (eq. ``eq-value``); the spread is what
+    makes Monte Carlo estimates noisy.
     """
     returns = np.asarray(returns, dtype=float).ravel()
     if returns.size == 0:
@@ -121,8 +126,9 @@ def plot_error_vs_samples(
 ) -> Axes:
     """Log-log plot of an estimator's error against the number of samples it averaged.
 
-    With ``reference_std`` (the standard deviation of one sample) it also draws ``reference_std / sqrt(n)``,
-    the standard error of a mean: a Monte Carlo estimate should follow that line, slope -1/2.
+    With ``reference_std`` (the standard deviation of one sample) it also draws
+    ``reference_std / sqrt(n)``, the standard error of a mean: a Monte Carlo estimate should follow
+    that line, slope -1/2.
     """
     n_samples = np.asarray(n_samples, dtype=float)
     errors = np.asarray(errors, dtype=float)
@@ -144,15 +150,17 @@ def plot_error_vs_samples(
     return ax
 
 
-# Arrow directions of the gridworld actions 0 up, 1 right, 2 down, 3 left, in (dx, dy) image coordinates.
+# Arrow directions of the gridworld actions 0 up, 1 right, 2 down, 3 left, in (dx, dy) image
+# coordinates.
 ACTION_ARROWS = np.array([(0.0, -1.0), (1.0, 0.0), (0.0, 1.0), (-1.0, 0.0)])
 
 
 def plot_policy_arrows(
     policy, shape: tuple[int, int], ax: Axes | None = None, skip=None, color: str = "black"
 ) -> Axes:
-    """Draw a gridworld policy as arrows on top of a heat-map: one arrow per action with probability > 0,
-    its length proportional to the probability (a deterministic policy shows one full arrow per cell).
+    """Draw a gridworld policy as arrows on top of a heat-map: one arrow per action with probability
+    > 0, its length proportional to the probability (a deterministic policy shows one full arrow per
+    cell).
 
     ``policy`` is ``[S, 4]`` with actions up, right, down, left; ``skip`` (booleans, one per state)
     marks cells without arrows (walls, terminal states).
@@ -191,7 +199,8 @@ def plot_path(
     label: str | None = None,
     offset: float = 0.0,
 ) -> Axes:
-    """Draw a trajectory of gridworld states (cell indices, row-major) as a line through the cell centres.
+    """Draw a trajectory of gridworld states (cell indices, row-major) as a line through the cell
+    centres.
 
     ``offset`` shifts the line a little, so that two paths along the same cells stay visible.
     """
@@ -202,7 +211,8 @@ def plot_path(
         )
     if states.min() < 0 or states.max() >= shape[0] * shape[1]:
         raise ValueError(
-            f"states must be cell indices in [0, {shape[0] * shape[1]}), got {states.min()}..{states.max()}"
+            f"states must be cell indices in [0, {shape[0] * shape[1]}), got "
+            f"{states.min()}..{states.max()}"
         )
     rows, cols = np.divmod(states, shape[1])
     ax = plt.gca() if ax is None else ax
@@ -224,12 +234,13 @@ def plot_mean_and_band(
 ) -> Axes:
     """Plot a statistic over runs (rows of ``runs``) against ``x``, with a shaded band.
 
-    ``band="ci95"``: the mean, and a 95% confidence interval of it (1.96 standard errors); ``band="std"``:
-    the mean, and one standard deviation of the runs; ``band="bootstrap"``: ``statistic`` (``"mean"`` or
-    ``"iqm"``, the interquartile mean) and its bootstrap percentile interval at level ``confidence``, from
-    :func:`rlkit.evaluation.curve_band` with ``reps`` and ``seed``: the rliable way, with no assumption of
-    normal runs (with very few runs every interval here is too narrow; see :mod:`rlkit.evaluation`). The
-    band says how much of a difference between curves is noise.
+    ``band="ci95"``: the mean, and a 95% confidence interval of it (1.96 standard errors);
+    ``band="std"``: the mean, and one standard deviation of the runs; ``band="bootstrap"``:
+    ``statistic`` (``"mean"`` or ``"iqm"``, the interquartile mean) and its bootstrap percentile
+    interval at level ``confidence``, from :func:`rlkit.evaluation.curve_band` with ``reps`` and
+    ``seed``: the rliable way, with no assumption of normal runs (with very few runs every interval
+    here is too narrow; see :mod:`rlkit.evaluation`). The band says how much of a difference between
+    curves is noise.
     """
     runs = np.atleast_2d(np.asarray(runs, dtype=float))
     if runs.shape[1] != len(x):
@@ -242,7 +253,8 @@ def plot_mean_and_band(
         centre, low, high = curve_band(runs, statistic, reps=reps, confidence=confidence, seed=seed)
     elif statistic != "mean":
         raise ValueError(
-            f"statistic must be 'mean' unless band='bootstrap', got {statistic!r} with band={band!r}"
+            f"statistic must be 'mean' unless band='bootstrap', got {statistic!r} with "
+            f"band={band!r}"
         )
     else:
         centre = runs.mean(axis=0)

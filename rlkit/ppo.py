@@ -4,21 +4,22 @@ PPO collects a rollout with the current policy ``pi_old`` and then takes several
 gradient steps on it. The probability ratio ``rho_t = pi(a_t|s_t) / pi_old(a_t|s_t)`` weighs each
 advantage, and clipping it keeps the new policy near the one that collected the data:
 
-    L^CLIP = 1/|o| sum_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)                 (eq-ppo-clip)
+    L^CLIP = 1/|o| sum_t min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps) A_t)             (eq-ppo-clip)
 
-(``rlkit.losses.clipped_policy_loss`` returns its negative). The critic regresses on GAE's lambda-returns
-(eq-gae), optionally with its change clipped as well (eq-ppo-value-clip), and one loss trains both:
+(``rlkit.losses.clipped_policy_loss`` returns its negative). The critic regresses on GAE's
+lambda-returns (eq-gae), optionally with its change clipped as well (eq-ppo-value-clip), and one
+loss trains both:
 
-    L = -L^CLIP + vf_coef * L^V - ent_coef * 1/|o| sum_t H(pi(.|s_t))                     (eq-ppo-loss)
+    L = -L^CLIP + vf_coef * L^V - ent_coef * 1/|o| sum_t H(pi(.|s_t))                  (eq-ppo-loss)
 
 The implementation details for classic control (Huang et al., 2022), each visible below: vectorised
 rollouts that carry the last observation across updates (``RolloutCollector``), orthogonal
 initialisation (``ActorCritic``), Adam with eps 1e-5, linear learning-rate annealing, GAE, shuffled
-minibatches over several epochs, per-minibatch advantage normalisation, the clipped surrogate, optional
-value clipping, the entropy bonus, global gradient-norm clipping, and approx-KL, clip fraction and
-explained variance in the history. Truncation bootstraps and termination does not (``RolloutCollector``).
-Continuous actions come from a Gaussian with a state-independent log-std, drawn unbounded and clipped to
-the action bounds only for the environment.
+minibatches over several epochs, per-minibatch advantage normalisation, the clipped surrogate,
+optional value clipping, the entropy bonus, global gradient-norm clipping, and approx-KL, clip
+fraction and explained variance in the history. Truncation bootstraps and termination does not
+(``RolloutCollector``). Continuous actions come from a Gaussian with a state-independent log-std,
+drawn unbounded and clipped to the action bounds only for the environment.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ from rlkit.training import (
     scheduled,
 )
 
-# CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for environments
-# without a preset.
+# CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for
+# environments without a preset.
 DEFAULTS = dict(
     total_steps=500_000,
     num_envs=4,
@@ -89,7 +90,8 @@ DEFAULTS = dict(
 
 @dataclass
 class PPOConfig:
-    """PPO's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+    """PPO's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
+    ``DEFAULTS``."""
 
     env_id: str = "CartPole-v1"
     seed: int = 0
@@ -142,7 +144,8 @@ class PPOConfig:
 
     @property
     def num_updates(self) -> int:
-        """Whole rollouts within ``total_steps`` (CleanRL's count): training never exceeds the step budget."""
+        """Whole rollouts within ``total_steps`` (CleanRL's count): training never exceeds the step
+        budget."""
         return self.total_steps // self.batch_size
 
     def _validate(self) -> None:
@@ -225,7 +228,8 @@ def is_clip_range(value) -> bool:
 
 
 def make_agent(config: PPOConfig, envs: gym.vector.VectorEnv) -> ActorCritic:
-    """A categorical actor-critic for Discrete actions, a Gaussian one for Box actions (flat Box observations)."""
+    """A categorical actor-critic for Discrete actions, a Gaussian one for Box actions (flat Box
+    observations)."""
     observations, actions = envs.single_observation_space, envs.single_action_space
     require(
         isinstance(observations, gym.spaces.Box) and len(observations.shape) == 1,
@@ -257,7 +261,8 @@ def make_agent(config: PPOConfig, envs: gym.vector.VectorEnv) -> ActorCritic:
 
 @dataclass
 class Batch:
-    """A rollout flattened to ``[num_envs * num_steps]`` transitions, with GAE's advantages and returns."""
+    """A rollout flattened to ``[num_envs * num_steps]`` transitions, with GAE's advantages and
+    returns."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -287,7 +292,8 @@ class Batch:
 
 
 def minibatches(batch: Batch, minibatch_size: int, generator: torch.Generator):
-    """A fresh random permutation of the batch, cut into minibatches (the whole batch when it is one)."""
+    """A fresh random permutation of the batch, cut into minibatches (the whole batch when it is
+    one)."""
     if minibatch_size == len(
         batch
     ):  # one minibatch per epoch: its order changes no mean, so skip the gather
@@ -305,7 +311,8 @@ def ppo_loss(
     clip_eps: float,
     normalize_advantages: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """eq-ppo-loss on one minibatch; the loss and its parts ``[policy loss, value loss, entropy]`` (detached)."""
+    """eq-ppo-loss on one minibatch; the loss and its parts ``[policy loss, value loss, entropy]``
+    (detached)."""
     logprobs, entropies, values = agent.evaluate(minibatch.obs, minibatch.actions)
     advantages = (
         masked_whiten(minibatch.advantages) if normalize_advantages else minibatch.advantages
@@ -335,9 +342,10 @@ def update(
 ) -> dict[str, float]:
     """``num_epochs`` passes of minibatch gradient steps on one rollout; the metrics of the update.
 
-    The losses and the gradient norm are averaged over the steps; approx-KL and the clip fraction compare
-    the policy after the update with ``pi_old`` on the whole rollout (SB3 averages them over the minibatches,
-    before each step). With ``target_kl``, the same measurement after each epoch can end the update early.
+    The losses and the gradient norm are averaged over the steps; approx-KL and the clip fraction
+    compare the policy after the update with ``pi_old`` on the whole rollout (SB3 averages them over
+    the minibatches, before each step). With ``target_kl``, the same measurement after each epoch
+    can end the update early.
     """
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     batch = Batch.from_rollout(rollout, advantages, returns)
@@ -382,7 +390,8 @@ def policy_change(agent: ActorCritic, batch: Batch, clip_eps: float) -> tuple[fl
 
 
 class PPOTrainer(ActorCriticTrainer):
-    """PPO's training, one rollout and its epochs of minibatch steps per update (``train`` runs it to the end)."""
+    """PPO's training, one rollout and its epochs of minibatch steps per update (``train`` runs it
+    to the end)."""
 
     algorithm = "ppo"
 
@@ -421,12 +430,14 @@ class PPOTrainer(ActorCriticTrainer):
 
 
 def train(config: PPOConfig) -> TrainResult:
-    """Train PPO on ``config.env_id``; one history row per rollout. ``result.agent`` is the ``ActorCritic``."""
+    """Train PPO on ``config.env_id``; one history row per rollout. ``result.agent`` is the
+    ``ActorCritic``."""
     return fit(PPOTrainer(config), config.progress)
 
 
 def greedy_actions(agent: ActorCritic, action_space: gym.Space):
-    """``obs -> actions`` of the greedy policy: the most probable action, or the Gaussian's mean clipped to the bounds."""
+    """``obs -> actions`` of the greedy policy: the most probable action, or the Gaussian's mean
+    clipped to the bounds."""
     if not agent.continuous:
         return agent.greedy
     device = next(agent.parameters()).device

@@ -1,7 +1,8 @@
-"""Tested hyperparameters per algorithm and environment: the one place they live (like rl-baselines3-zoo).
+"""Tested hyperparameters per algorithm and environment: the one place they live (like
+rl-baselines3-zoo).
 
-A config takes these for every field the caller leaves out, and the algorithm's defaults for the rest.
-Each preset is the one the learning tests train with; change it only with those tests.
+A config takes these for every field the caller leaves out, and the algorithm's defaults for the
+rest. Each preset is the one the learning tests train with; change it only with those tests.
 """
 
 PRESETS: dict[str, dict[str, dict]] = {
@@ -23,7 +24,8 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     "a2c": {
-        # rl-baselines3-zoo's CartPole-v1 A2C (hyperparams/a2c.yml: 8 envs, 5e5 steps, ent_coef 0, SB3's defaults)
+        # rl-baselines3-zoo's CartPole-v1 A2C (hyperparams/a2c.yml: 8 envs, 5e5 steps, ent_coef 0,
+        # SB3's defaults)
         "CartPole-v1": dict(
             total_steps=500_000,
             num_envs=8,
@@ -37,7 +39,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             max_grad_norm=0.5,
             optimizer="rmsprop",
             hidden_sizes=(64, 64),
-            batched_env=True,  # rlkit's batched CartPole: same transitions as Gymnasium's, fewer operations
+            # rlkit's batched CartPole: same transitions as Gymnasium's, fewer operations
+            batched_env=True,
         ),
     },
     "a3c": {
@@ -56,13 +59,14 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     "ppo": {
-        # rl-baselines3-zoo's CartPole-v1 PPO (hyperparams/ppo.yml: 8 envs x 32 steps, batch 256, 20 epochs, gamma
-        # 0.98, gae_lambda 0.8, linear lr 1e-3 and clip 0.2) with a quarter of the env calls and half the gradient
-        # steps for the same 100k steps: 32 envs x 8 steps (the same 256 transitions per update; GAE with
-        # gamma * lambda = 0.78 weighs the 8th step ahead by 0.14, so 8 steps lose little) and 10 epochs. Seeds
-        # 0-7 all reach a greedy 500 with it, as with 16 x 16 and with the zoo's 8 x 32 at 10 epochs; with 5
-        # epochs no seed does, with 8 epochs on 8 x 32 one in eight fails. vf_coef 1.0 on our 0.5 * squared
-        # error is SB3's 0.5 on its plain MSE.
+        # rl-baselines3-zoo's CartPole-v1 PPO (hyperparams/ppo.yml: 8 envs x 32 steps, batch 256, 20
+        # epochs, gamma 0.98, gae_lambda 0.8, linear lr 1e-3 and clip 0.2) with a quarter of the env
+        # calls and half the gradient steps for the same 100k steps: 32 envs x 8 steps (the same 256
+        # transitions per update; GAE with gamma * lambda = 0.78 weighs the 8th step ahead by 0.14,
+        # so 8 steps lose little) and 10 epochs. Seeds 0-7 all reach a greedy 500 with it, as with
+        # 16 x 16 and with the zoo's 8 x 32 at 10 epochs; with 5 epochs no seed does, with 8 epochs
+        # on 8 x 32 one in eight fails. vf_coef 1.0 on our 0.5 * squared error is SB3's 0.5 on its
+        # plain MSE.
         "CartPole-v1": dict(
             total_steps=100_000,
             num_envs=32,
@@ -81,11 +85,12 @@ PRESETS: dict[str, dict[str, dict]] = {
             max_grad_norm=0.5,
             normalize_advantages=True,
             hidden_sizes=(64, 64),
-            batched_env=True,  # rlkit's batched CartPole: same transitions as Gymnasium's, fewer operations
+            # rlkit's batched CartPole: same transitions as Gymnasium's, fewer operations
+            batched_env=True,
         ),
-        # rl-baselines3-zoo's Pendulum-v1 PPO without its state-dependent exploration (gSDE), for 200k steps
-        # instead of the zoo's 100k (with gSDE): the plain Gaussian explores less efficiently. Seeds 0-7 reach a
-        # greedy -160 to -200 (Chapter 7's note).
+        # rl-baselines3-zoo's Pendulum-v1 PPO without its state-dependent exploration (gSDE), for
+        # 200k steps instead of the zoo's 100k (with gSDE): the plain Gaussian explores less
+        # efficiently. Seeds 0-7 reach a greedy -160 to -200 (Chapter 7's note).
         "Pendulum-v1": dict(
             total_steps=200_000,
             num_envs=4,
@@ -107,7 +112,8 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     "reinforce": {
-        # untuned: the first settings tried; seeds 0-7 all reach a greedy return >= 495 (Chapter 5's note)
+        # untuned: the first settings tried; seeds 0-7 all reach a greedy return >= 495 (Chapter 5's
+        # note)
         "CartPole-v1": dict(
             total_steps=200_000,
             episodes_per_update=8,
@@ -129,7 +135,8 @@ def preset(algorithm: str, env_id: str) -> dict:
 
 
 def fill_from_preset(config, algorithm: str, defaults: dict) -> None:
-    """Set every field of ``config`` still None from the tested preset for ``config.env_id``, else ``defaults``."""
+    """Set every field of ``config`` still None from the tested preset for ``config.env_id``, else
+    ``defaults``."""
     tested = preset(algorithm, config.env_id)
     for name, default in defaults.items():
         if getattr(config, name) is None:

@@ -1,22 +1,25 @@
-"""REINFORCE (Chapter 5): the Monte Carlo policy gradient, with or without a learned state-value baseline.
+"""REINFORCE (Chapter 5): the Monte Carlo policy gradient, with or without a learned state-value
+baseline.
 
-Williams (1992); Sutton & Barto (2018), section 13.4 for the baseline. Each update plays one complete
-episode in each of ``episodes_per_update`` copies of the environment (a ``gymnasium.vector`` env in
-NEXT_STEP autoreset mode) with the current policy and follows the gradient estimate
+Williams (1992); Sutton & Barto (2018), section 13.4 for the baseline. Each update plays one
+complete episode in each of ``episodes_per_update`` copies of the environment (a
+``gymnasium.vector`` env in NEXT_STEP autoreset mode) with the current policy and follows the
+gradient estimate
 
     g = 1/E sum_episodes sum_t (G_t - b(s_t)) grad log pi(a_t | s_t)        (eq-reinforce-baseline)
 
-with ``b = 0`` without a baseline (eq-reinforce-gradient). The sum is divided by the number of episodes
-``E``, a constant, and not by the number of steps, which depends on the actions: dividing by it would bias
-the estimate and break the baseline's zero mean.
+with ``b = 0`` without a baseline (eq-reinforce-gradient). The sum is divided by the number of
+episodes ``E``, a constant, and not by the number of steps, which depends on the actions: dividing
+by it would bias the estimate and break the baseline's zero mean.
 
 Gymnasium 1.x, done right:
 - an episode that *terminated* has no future: its return stops there;
-- an episode that was *truncated* (a time limit) would have gone on: with a baseline, its last reward
-  gets ``gamma * V(final observation)`` added (DESIGN.md). Without a value function there is nothing to
-  bootstrap from, and REINFORCE treats the time limit as the end, as the textbook algorithm does;
-- in NEXT_STEP mode the step after an episode end only resets that copy: the action is ignored, the reward
-  is 0. It and everything after the copy's first episode are masked out and never trained on.
+- an episode that was *truncated* (a time limit) would have gone on: with a baseline, its last
+  reward gets ``gamma * V(final observation)`` added (DESIGN.md). Without a value function there is
+  nothing to bootstrap from, and REINFORCE treats the time limit as the end, as the textbook
+  algorithm does;
+- in NEXT_STEP mode the step after an episode end only resets that copy: the action is ignored, the
+  reward is 0. It and everything after the copy's first episode are masked out and never trained on.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ DEFAULTS = dict(
 
 @dataclass
 class ReinforceConfig:
-    """REINFORCE's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else ``DEFAULTS``."""
+    """REINFORCE's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``,
+    else ``DEFAULTS``."""
 
     env_id: str = "CartPole-v1"
     seed: int = 0
@@ -131,10 +135,12 @@ class ReinforceConfig:
 
 @dataclass
 class EpisodeBatch:
-    """One complete episode per env copy, stacked as ``[E, T]`` (``T``: the longest episode), right-padded.
+    """One complete episode per env copy, stacked as ``[E, T]`` (``T``: the longest episode),
+    right-padded.
 
-    ``mask`` is 1 on the steps of each copy's episode and 0 on the autoreset step and everything after.
-    ``final_obs`` is the observation each episode ended in (what a truncation bootstraps from).
+    ``mask`` is 1 on the steps of each copy's episode and 0 on the autoreset step and everything
+    after. ``final_obs`` is the observation each episode ended in (what a truncation bootstraps
+    from).
     """
 
     obs: torch.Tensor  # [E, T, obs_dim]
@@ -155,7 +161,8 @@ class EpisodeBatch:
 
 
 def make_envs(env_id: str, copies: int) -> gym.vector.SyncVectorEnv:
-    """``copies`` of ``env_id`` in a vector env with NEXT_STEP autoreset (the mode this module masks for)."""
+    """``copies`` of ``env_id`` in a vector env with NEXT_STEP autoreset (the mode this module masks
+    for)."""
     envs = gym.vector.SyncVectorEnv(
         [lambda: gym.make(env_id) for _ in range(copies)],
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
@@ -174,9 +181,9 @@ def collect_episodes(
 ) -> EpisodeBatch:
     """Play until every copy has finished one episode that started at this call; stack them.
 
-    The copies are reset first (``seed`` seeds that reset). A copy that finishes early keeps being stepped
-    (a vector env steps all copies) but those steps, starting with its autoreset step, are masked out.
-    The batch lives on the policy's device.
+    The copies are reset first (``seed`` seeds that reset). A copy that finishes early keeps being
+    stepped (a vector env steps all copies) but those steps, starting with its autoreset step, are
+    masked out. The batch lives on the policy's device.
     """
     require(
         envs.metadata.get("autoreset_mode") == gym.vector.AutoresetMode.NEXT_STEP,
@@ -231,9 +238,9 @@ def returns_to_go(
 ) -> torch.Tensor:
     """``G_t = r_t + gamma G_{t+1}`` within each episode (eq-return-recursive), 0 on masked steps.
 
-    With ``value``, a truncated episode's last reward gets ``gamma * V(final observation)`` added: the
-    return it would have had if the time limit had not cut it. A terminated episode gets nothing added,
-    also when the time limit fell on the same step (Gymnasium then sets both flags).
+    With ``value``, a truncated episode's last reward gets ``gamma * V(final observation)`` added:
+    the return it would have had if the time limit had not cut it. A terminated episode gets nothing
+    added, also when the time limit fell on the same step (Gymnasium then sets both flags).
     """
     rewards = batch.rewards * batch.mask
     if value is not None:
@@ -247,8 +254,8 @@ def returns_to_go(
 def reinforce_loss(
     policy: CategoricalPolicy, batch: EpisodeBatch, advantages: torch.Tensor
 ) -> torch.Tensor:
-    """The surrogate whose gradient is eq-reinforce-baseline: ``policy_gradient_loss`` (a mean over valid
-    steps) rescaled to a sum over steps divided by the number of episodes."""
+    """The surrogate whose gradient is eq-reinforce-baseline: ``policy_gradient_loss`` (a mean over
+    valid steps) rescaled to a sum over steps divided by the number of episodes."""
     logprobs = policy.distribution(batch.obs).log_prob(batch.actions)
     steps_per_episode = batch.mask.sum() / batch.mask.shape[0]
     return policy_gradient_loss(logprobs, advantages, batch.mask) * steps_per_episode
@@ -257,7 +264,8 @@ def reinforce_loss(
 def advantages_of(
     batch: EpisodeBatch, returns: torch.Tensor, value: ValueNetwork | None, normalize: bool
 ) -> torch.Tensor:
-    """``G_t - V(s_t)`` with a baseline, ``G_t`` without; whitened over valid steps when ``normalize``."""
+    """``G_t - V(s_t)`` with a baseline, ``G_t`` without; whitened over valid steps when
+    ``normalize``."""
     advantages = returns
     if value is not None:
         with torch.no_grad():
@@ -272,7 +280,8 @@ def fit_value(
     returns: torch.Tensor,
     epochs: int,
 ) -> float:
-    """Regress ``V(s_t)`` on the returns ``G_t`` (mean squared error over valid steps); the last loss."""
+    """Regress ``V(s_t)`` on the returns ``G_t`` (mean squared error over valid steps); the last
+    loss."""
     for _ in range(epochs):
         loss = masked_mean((value(batch.obs) - returns) ** 2, batch.mask)
         optimizer.zero_grad()
@@ -282,7 +291,8 @@ def fit_value(
 
 
 class ReinforceTrainer(StepBudgetTrainer):
-    """REINFORCE's training, one batch of complete episodes per update, until ``total_steps`` steps are trained on."""
+    """REINFORCE's training, one batch of complete episodes per update, until ``total_steps`` steps
+    are trained on."""
 
     algorithm = "reinforce"
 
@@ -363,8 +373,8 @@ class ReinforceTrainer(StepBudgetTrainer):
 
 
 def train(config: ReinforceConfig) -> TrainResult:
-    """Train REINFORCE on ``config.env_id``; one history row per update. ``result.agent`` is the policy,
-    ``result.critic`` the baseline (None without one)."""
+    """Train REINFORCE on ``config.env_id``; one history row per update. ``result.agent`` is the
+    policy, ``result.critic`` the baseline (None without one)."""
     return fit(ReinforceTrainer(config), config.progress)
 
 
@@ -377,13 +387,15 @@ def gradient_estimates(
     gamma: float = 0.99,
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``batches`` independent batches with the fixed ``policy``; return the policy-gradient estimates
-    of eq-reinforce-gradient (no baseline) and eq-reinforce-baseline (``baseline``), ``[batches, n_params]`` each.
+    """Sample ``batches`` independent batches with the fixed ``policy``; return the policy-gradient
+    estimates of eq-reinforce-gradient (no baseline) and eq-reinforce-baseline (``baseline``),
+    ``[batches, n_params]`` each.
 
     Both come from the same episodes, so their difference is exactly the baseline's term,
-    ``1/E sum b(s_t) grad log pi(a_t|s_t)``, whose expectation is 0 (eq-baseline-zero-mean). For that
-    reason both use the same returns, never bootstrapped: measure at a policy whose episodes terminate.
-    ``seed`` seeds the environments and the action sampling (torch's global generator is left as it was).
+    ``1/E sum b(s_t) grad log pi(a_t|s_t)``, whose expectation is 0 (eq-baseline-zero-mean). For
+    that reason both use the same returns, never bootstrapped: measure at a policy whose episodes
+    terminate. ``seed`` seeds the environments and the action sampling (torch's global generator is
+    left as it was).
     """
     require(batches >= 2, "batches", ">= 2", batches)
     envs = make_envs(env_id, episodes_per_batch)
@@ -419,7 +431,8 @@ def _clip(module: torch.nn.Module, max_norm: float | None) -> float:
 
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
-    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes`` episodes."""
+    """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
+    episodes."""
     policy, device = result.agent.eval(), result.config.device
     return float(
         greedy_returns(

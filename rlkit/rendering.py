@@ -1,7 +1,8 @@
-"""Animated GIFs of an agent acting: one episode rendered with ``render_mode="rgb_array"``, saved by Pillow.
+"""Animated GIFs of an agent acting: one episode rendered with ``render_mode="rgb_array"``, saved by
+Pillow.
 
-Classic-control environments draw with pygame (``pip install "gymnasium[classic-control]"``, part of the
-``book`` extra). The notebooks show the file with ``IPython.display.Image(filename=path)``.
+Classic-control environments draw with pygame (``pip install "gymnasium[classic-control]"``, part of
+the ``book`` extra). The notebooks show the file with ``IPython.display.Image(filename=path)``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from PIL import Image
 
 __all__ = ["record_gif"]
 
-# rgb_array rendering draws off-screen: no display is needed, and without this SDL complains on machines without one.
+# rgb_array rendering draws off-screen: no display is needed, and without this SDL complains on
+# machines without one.
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 
@@ -31,11 +33,12 @@ def record_gif(
     every: int = 2,
     width: int = 300,
 ) -> float:
-    """Play one episode of ``env_id`` with ``act(obs_batch) -> actions``, save it as a GIF, return its return.
+    """Play one episode of ``env_id`` with ``act(obs_batch) -> actions``, save it as a GIF, return
+    its return.
 
-    ``every`` keeps one frame in ``every`` (a 500-step CartPole episode stays a small file); ``width``
-    resizes the frames (aspect kept). Stops after ``max_steps`` environment steps. The last frame
-    (the pole falling) is always kept.
+    ``every`` keeps one frame in ``every`` (a 500-step CartPole episode stays a small file);
+    ``width`` resizes the frames (aspect kept). Stops after ``max_steps`` environment steps. The
+    last frame (the pole falling) is always kept.
     """
     for name, value in (("max_steps", max_steps), ("fps", fps), ("every", every), ("width", width)):
         if not (isinstance(value, int) and value >= 1):

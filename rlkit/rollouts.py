@@ -1,17 +1,19 @@
 """Fixed-length rollouts from ``gymnasium.vector`` environments: the data collection of A2C and PPO.
 
 Every update plays ``num_steps`` steps in each of ``num_envs`` copies and stores them batch-first,
-``[num_envs, num_steps]``. The copies are *not* reset between updates: the last observation is carried
-into the next rollout, so an episode can span several updates (PPO's first implementation detail).
+``[num_envs, num_steps]``. The copies are *not* reset between updates: the last observation is
+carried into the next rollout, so an episode can span several updates (PPO's first implementation
+detail).
 
-The envs run in SAME_STEP autoreset mode: a copy whose episode ends is reset inside the same ``step``
-call, the observation returned is the new episode's first one, and the true final observation arrives in
-``info["final_obs"]``. Gymnasium 1.x, done right (DESIGN.md):
+The envs run in SAME_STEP autoreset mode: a copy whose episode ends is reset inside the same
+``step`` call, the observation returned is the new episode's first one, and the true final
+observation arrives in ``info["final_obs"]``. Gymnasium 1.x, done right (DESIGN.md):
 
 - ``dones[:, t] = 1`` when the episode ended at step t, by termination or truncation, so that GAE
   never bootstraps across it;
-- a *truncated* (and not terminated) step gets ``gamma * V(final observation)`` added to its reward: the
-  time limit cut an episode that would have gone on (Pardo et al., 2018), the way Stable-Baselines3 does it.
+- a *truncated* (and not terminated) step gets ``gamma * V(final observation)`` added to its reward:
+  the time limit cut an episode that would have gone on (Pardo et al., 2018), the way
+  Stable-Baselines3 does it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from rlkit.training import require
 
 @dataclass
 class Rollout:
-    """One update's data, ``[num_envs, num_steps]`` (observations and continuous actions add a last dim)."""
+    """One update's data, ``[num_envs, num_steps]`` (observations and continuous actions add a last
+    dim)."""
 
     obs: torch.Tensor
     actions: torch.Tensor
@@ -53,7 +56,8 @@ BATCHED_ENVS = {"CartPole-v1": BatchedCartPole}
 
 
 def require_registered(env_id: str) -> None:
-    """A ValueError naming ``env_id`` unless Gymnasium knows it (``module:EnvId`` imports the module first)."""
+    """A ValueError naming ``env_id`` unless Gymnasium knows it (``module:EnvId`` imports the module
+    first)."""
     require(isinstance(env_id, str), "env_id", "a gymnasium environment id (a string)", env_id)
     try:
         if (
@@ -70,8 +74,8 @@ def require_registered(env_id: str) -> None:
 def make_vector_env(
     env_id: str, num_envs: int, batched: bool = False, env_kwargs: dict | None = None
 ) -> gym.vector.VectorEnv:
-    """``num_envs`` copies of ``env_id`` with SAME_STEP autoreset: Gymnasium's ``SyncVectorEnv``, or with
-    ``batched`` rlkit's implementation that steps all copies in one set of array operations."""
+    """``num_envs`` copies of ``env_id`` with SAME_STEP autoreset: Gymnasium's ``SyncVectorEnv``, or
+    with ``batched`` rlkit's implementation that steps all copies in one set of array operations."""
     require(isinstance(num_envs, int) and num_envs >= 1, "num_envs", "an integer >= 1", num_envs)
     if batched:
         require(
@@ -89,9 +93,11 @@ def make_vector_env(
 
 
 class RolloutCollector:
-    """Steps a vector env with an ``ActorCritic`` and returns one ``Rollout`` per call to ``collect``.
+    """Steps a vector env with an ``ActorCritic`` and returns one ``Rollout`` per call to
+    ``collect``.
 
-    It keeps the current observation of every copy, and each copy's running return and length, across calls.
+    It keeps the current observation of every copy, and each copy's running return and length,
+    across calls.
     """
 
     def __init__(
@@ -126,7 +132,8 @@ class RolloutCollector:
         return torch.as_tensor(array, dtype=torch.float32, device=self.device)
 
     def state_dict(self) -> dict:
-        """What the next rollout continues from: the envs' state, the current observations, the running episodes."""
+        """What the next rollout continues from: the envs' state, the current observations, the
+        running episodes."""
         return {
             "envs": env_state(self.envs),
             "obs": self.obs.cpu(),
@@ -186,7 +193,8 @@ class RolloutCollector:
         returns: list,
         lengths: list,
     ) -> torch.Tensor:
-        """One vector step: fill this step's rewards (with the truncation bootstrap) and done flags; the next obs."""
+        """One vector step: fill this step's rewards (with the truncation bootstrap) and done flags;
+        the next obs."""
         env_actions = actions.cpu().numpy()
         if (
             self.action_bounds is not None

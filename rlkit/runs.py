@@ -1,9 +1,9 @@
 """Training runs on disk: a folder per run with its config, its metrics and its latest checkpoint.
 
-``runs/NAME/config.json``   the algorithm and every field of its config (what ``--resume`` rebuilds)
-``runs/NAME/metrics.csv``   one row per update (the ``history``), rewritten atomically with each checkpoint
-``runs/NAME/checkpoint.pt`` the latest checkpoint (``rlkit.checkpoint``): resuming from it is exact on CPU
-``runs/NAME/events.*``      TensorBoard's, when ``tensorboard`` is installed
+``runs/NAME/config.json`` the algorithm and every field of its config (what ``--resume`` rebuilds)
+``runs/NAME/metrics.csv`` one row per update (the ``history``), rewritten atomically with each
+checkpoint ``runs/NAME/checkpoint.pt`` the latest checkpoint (``rlkit.checkpoint``): resuming from
+it is exact on CPU ``runs/NAME/events.*`` TensorBoard's, when ``tensorboard`` is installed
 
 This is what the ``rlkit`` command line drives; notebooks can call it too.
 """
@@ -69,7 +69,8 @@ ALGORITHMS = {
 
 
 class RunError(RuntimeError):
-    """A run folder that cannot be used as asked (it exists already, it is not writable, it holds no run)."""
+    """A run folder that cannot be used as asked (it exists already, it is not writable, it holds no
+    run)."""
 
 
 def algorithm_named(name: str) -> Algorithm:
@@ -78,20 +79,21 @@ def algorithm_named(name: str) -> Algorithm:
     return ALGORITHMS[name]
 
 
-# The run folder ---------------------------------------------------------------------------------------
+# The run folder -----------------------------------------------------------------------------------
 
 
 def prepare_folder(out: str | Path, resume: bool) -> Path:
-    """Check that ``out`` can hold the run before any training: a new run needs an empty or new folder
-    (nothing already saved is overwritten), a resumed one a folder with a run; both must be writable."""
+    """Check that ``out`` can hold the run before any training: a new run needs an empty or new
+    folder (nothing already saved is overwritten), a resumed one a folder with a run; both must be
+    writable."""
     out = Path(out)
     if resume:
         if not (out / CONFIG_FILE).is_file():
             raise RunError(f"--resume {out}: no run there (no {CONFIG_FILE})")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RunError(
-            f"--out {out} already exists and is not an empty folder: choose another name, or continue "
-            f"that run with --resume {out}"
+            f"--out {out} already exists and is not an empty folder: choose another name, or "
+            f"continue that run with --resume {out}"
         )
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -115,7 +117,8 @@ def save_config(out: Path, algorithm: str, config, checkpoint_every: int = 10) -
 
 
 def read_saved_config(out: str | Path) -> dict:
-    """``config.json`` of the run in ``out``, checked for its keys (a RunError naming the file otherwise)."""
+    """``config.json`` of the run in ``out``, checked for its keys (a RunError naming the file
+    otherwise)."""
     path = Path(out) / CONFIG_FILE
     if not path.is_file():
         raise RunError(f"{out}: no run there (no {CONFIG_FILE})")
@@ -135,7 +138,8 @@ def read_saved_config(out: str | Path) -> dict:
 
 
 def load_config(out: str | Path, device: str | None = None):
-    """``(Algorithm, config)`` of the run in ``out`` (on ``device`` instead of the saved one, when given)."""
+    """``(Algorithm, config)`` of the run in ``out`` (on ``device`` instead of the saved one, when
+    given)."""
     saved = read_saved_config(out)
     algorithm = ALGORITHMS[saved["algorithm"]]
     fields = dict(saved["config"], **({} if device is None else {"device": device}))
@@ -143,7 +147,8 @@ def load_config(out: str | Path, device: str | None = None):
     unknown = sorted(set(fields) - known)
     if unknown:
         raise RunError(
-            f"{Path(out) / CONFIG_FILE}: {', '.join(unknown)} not fields of {algorithm.config.__name__}"
+            f"{Path(out) / CONFIG_FILE}: {', '.join(unknown)} not fields of "
+            f"{algorithm.config.__name__}"
         )
     return algorithm, algorithm.config(**fields)
 
@@ -153,7 +158,8 @@ def _json_number(value):
 
 
 def write_metrics(out: Path, history: list[dict[str, float]]) -> None:
-    """The history as CSV (columns in order of first appearance; empty where a row lacks a metric)."""
+    """The history as CSV (columns in order of first appearance; empty where a row lacks a
+    metric)."""
     columns = list(dict.fromkeys(name for row in history for name in row))
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=columns, restval="", lineterminator="\n")
@@ -180,7 +186,7 @@ def _write_atomically(path: Path, text: str) -> None:
     write_atomically(path, lambda file: file.write(text.encode()))
 
 
-# Training ---------------------------------------------------------------------------------------------
+# Training -----------------------------------------------------------------------------------------
 
 
 def train_run(
@@ -190,9 +196,9 @@ def train_run(
     checkpoint_every: int | None = None,
     resume: bool = False,
 ) -> TrainResult:
-    """Train ``config`` into the run folder ``out`` (or continue the run there with ``resume``), writing a
-    checkpoint and the metrics every ``checkpoint_every`` updates (default 10; on resume, the run's own)
-    and at the end. A checkpoint is written only from finite weights."""
+    """Train ``config`` into the run folder ``out`` (or continue the run there with ``resume``),
+    writing a checkpoint and the metrics every ``checkpoint_every`` updates (default 10; on resume,
+    the run's own) and at the end. A checkpoint is written only from finite weights."""
     if checkpoint_every is None:
         checkpoint_every = read_saved_config(out).get("checkpoint_every", 10) if resume else 10
     if not (
@@ -272,8 +278,9 @@ def _final_state(spec: Algorithm, result: TrainResult) -> dict:
 
 
 def _tensorboard(out: Path, purge_step: int | None):
-    """A TensorBoard writer when tensorboard is installed; on resume, events from ``purge_step`` on (written
-    after the checkpoint, before the crash) are dropped, so that they are not shown twice."""
+    """A TensorBoard writer when tensorboard is installed; on resume, events from ``purge_step`` on
+    (written after the checkpoint, before the crash) are dropped, so that they are not shown
+    twice."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
@@ -281,12 +288,12 @@ def _tensorboard(out: Path, purge_step: int | None):
     return SummaryWriter(str(out), purge_step=purge_step)
 
 
-# Using a finished (or interrupted) run --------------------------------------------------------------
+# Using a finished (or interrupted) run ------------------------------------------------------------
 
 
 def load_run(out: str | Path, device: str | None = None) -> tuple[Algorithm, TrainResult]:
-    """The run in ``out`` as a ``TrainResult`` with the agent of its latest checkpoint, on ``device`` (None:
-    the run's own). The caller's random generators are left as they were."""
+    """The run in ``out`` as a ``TrainResult`` with the agent of its latest checkpoint, on
+    ``device`` (None: the run's own). The caller's random generators are left as they were."""
     spec, config = load_config(out, device)
     path = Path(out) / CHECKPOINT_FILE
     if not path.is_file():
@@ -315,7 +322,8 @@ def load_run(out: str | Path, device: str | None = None) -> tuple[Algorithm, Tra
 def evaluate_run(
     out: str | Path, episodes: int = 100, seed: int = 10_000, device: str | None = None
 ) -> np.ndarray:
-    """The greedy policy's undiscounted return in each of ``episodes`` episodes (seeds unlike training's)."""
+    """The greedy policy's undiscounted return in each of ``episodes`` episodes (seeds unlike
+    training's)."""
     import gymnasium as gym
 
     from rlkit.training import greedy_returns
@@ -330,11 +338,12 @@ def evaluate_run(
     )
 
 
-# Learning curves over seeds ------------------------------------------------------------------------------
+# Learning curves over seeds -----------------------------------------------------------------------
 
 
 def run_groups(paths: list[str | Path]) -> dict[str, list[Path]]:
-    """Each path is a run folder (a curve of its own) or a folder of run folders (the seeds of one curve)."""
+    """Each path is a run folder (a curve of its own) or a folder of run folders (the seeds of one
+    curve)."""
     groups = {}
     for path in map(Path, paths):
         runs = (
@@ -361,8 +370,9 @@ def plot_runs(
     points: int = 100,
 ) -> None:
     """Learning curves of ``metric`` against environment steps, one per group (``run_groups``): the
-    ``statistic`` over its seeds with a 95% stratified-bootstrap band (``rlkit.evaluation.curve_band``).
-    Runs are interpolated onto the steps that all runs of a group reached."""
+    ``statistic`` over its seeds with a 95% stratified-bootstrap band
+    (``rlkit.evaluation.curve_band``). Runs are interpolated onto the steps that all runs of a group
+    reached."""
     import matplotlib
 
     matplotlib.use("Agg")

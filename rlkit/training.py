@@ -1,4 +1,5 @@
-"""What every deep algorithm shares: the result type, seeding, config checks and greedy evaluation."""
+"""What every deep algorithm shares: the result type, seeding, config checks and greedy
+evaluation."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from rlkit.checkpoint import CheckpointError, global_rng_state, set_global_rng_s
 
 @dataclass
 class TrainResult:
-    """``train(config)`` returns this: the config used, the trained agent, one history row per update."""
+    """``train(config)`` returns this: the config used, the trained agent, one history row per
+    update."""
 
     config: Any
     agent: torch.nn.Module
@@ -39,13 +41,15 @@ def seed_everything(seed: int) -> None:
 
 
 def require(condition: bool, field_name: str, allowed: str, value: Any) -> None:
-    """Raise ``ValueError`` naming the config field and what is allowed, unless ``condition`` holds."""
+    """Raise ``ValueError`` naming the config field and what is allowed, unless ``condition``
+    holds."""
     if not condition:
         raise ValueError(f"{field_name} must be {allowed}, got {value!r}")
 
 
 def is_number(value: Any) -> bool:
-    """A real number (not a bool, not a string) that torch takes as a scalar: an int must fit in 64 bits."""
+    """A real number (not a bool, not a string) that torch takes as a scalar: an int must fit in 64
+    bits."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return isinstance(value, float) or -(2**63) <= value < 2**63
@@ -73,7 +77,8 @@ def require_sequence(value: Any, field_name: str, allowed: str) -> tuple:
 
 
 def require_device(device: Any) -> None:
-    """A ValueError naming ``device`` unless it is "cpu", or a CUDA or MPS device this machine has."""
+    """A ValueError naming ``device`` unless it is "cpu", or a CUDA or MPS device this machine
+    has."""
     try:
         parsed = torch.device(device)
     except (
@@ -108,7 +113,8 @@ def require_device(device: Any) -> None:
 def require_discrete_actions_and_flat_obs(
     env_id: str, action_space, observation_space, algorithm: str
 ) -> None:
-    """Raise ``ValueError`` naming ``env_id`` unless the env has Discrete actions and flat Box observations."""
+    """Raise ``ValueError`` naming ``env_id`` unless the env has Discrete actions and flat Box
+    observations."""
     require(
         isinstance(action_space, gym.spaces.Discrete),
         "env_id",
@@ -131,10 +137,11 @@ def greedy_returns(
     num_envs: int = 10,
     env_kwargs: dict | None = None,
 ) -> np.ndarray:
-    """Undiscounted returns of ``episodes`` full episodes, acting with ``act(obs_batch) -> actions``.
+    """Undiscounted returns of ``episodes`` full episodes, acting with
+    ``act(obs_batch) -> actions``.
 
-    Runs ``num_envs`` copies at once and counts only each copy's first ``episodes / num_envs`` episodes,
-    so the result does not favour short episodes. Seeds differ from training's by default.
+    Runs ``num_envs`` copies at once and counts only each copy's first ``episodes / num_envs``
+    episodes, so the result does not favour short episodes. Seeds differ from training's by default.
     """
     require(episodes >= 1, "episodes", ">= 1", episodes)
     num_envs = min(num_envs, episodes)
@@ -161,7 +168,8 @@ SCHEDULES = ("constant", "linear")
 
 
 def scheduled(initial: float, schedule: str, progress: float) -> float:
-    """A hyperparameter's value after ``progress`` (0 to 1) of training: constant, or linear from ``initial`` to 0."""
+    """A hyperparameter's value after ``progress`` (0 to 1) of training: constant, or linear from
+    ``initial`` to 0."""
     require(schedule in SCHEDULES, "schedule", f"one of {SCHEDULES}", schedule)
     return initial if schedule == "constant" else initial * (1.0 - progress)
 
@@ -177,11 +185,13 @@ SETTINGS = frozenset({"learning_rate", "clip_eps", "epsilon"})
 
 
 class Trainer:
-    """An algorithm's training as a sequence of updates, with a state that can be saved between any two.
+    """An algorithm's training as a sequence of updates, with a state that can be saved between any
+    two.
 
-    A subclass builds everything in ``__init__`` (seeding first), does one update in ``_update`` (returning
-    its history row), and lists what the next update depends on in ``_state`` / ``_load_state``.
-    ``train(config)`` is ``fit(Trainer(config))``; the command line (``rlkit.runs``) adds checkpoints.
+    A subclass builds everything in ``__init__`` (seeding first), does one update in ``_update``
+    (returning its history row), and lists what the next update depends on in ``_state`` /
+    ``_load_state``. ``train(config)`` is ``fit(Trainer(config))``; the command line
+    (``rlkit.runs``) adds checkpoints.
     """
 
     algorithm = ""
@@ -208,7 +218,8 @@ class Trainer:
 
     @property
     def subject(self) -> str:
-        """What is being learned, for messages: the environment id (a task name for the language-model trainers)."""
+        """What is being learned, for messages: the environment id (a task name for the
+        language-model trainers)."""
         return self.config.env_id
 
     def run_update(self) -> dict[str, float] | None:
@@ -226,8 +237,9 @@ class Trainer:
         ]
         if bad:
             raise TrainingDiverged(
-                f"update {self.updates_done + 1}: {', '.join(f'{name} = {row[name]}' for name in bad)} "
-                f"({self.algorithm}, {self.subject}, seed {self.config.seed})"
+                f"update {self.updates_done + 1}: "
+                f"{', '.join(f'{name} = {row[name]}' for name in bad)} ({self.algorithm}, "
+                f"{self.subject}, seed {self.config.seed})"
             )
         self.updates_done += 1
         self.history.append(row)
@@ -237,7 +249,8 @@ class Trainer:
         raise NotImplementedError
 
     def state_dict(self) -> dict:
-        """Everything the next update depends on, as plain tensors and numbers (``torch.load(weights_only=True)``)."""
+        """Everything the next update depends on, as plain tensors and numbers
+        (``torch.load(weights_only=True)``)."""
         return {
             "algorithm": self.algorithm,
             "updates_done": self.updates_done,
@@ -268,7 +281,8 @@ class Trainer:
         raise NotImplementedError
 
     def modules(self) -> list[torch.nn.Module]:
-        """The networks being trained (checked for finite weights before a checkpoint is written)."""
+        """The networks being trained (checked for finite weights before a checkpoint is
+        written)."""
         result = self.result()
         return [module for module in (result.agent, result.critic) if module is not None]
 
@@ -277,8 +291,8 @@ class Trainer:
 
 
 class StepBudgetTrainer(Trainer):
-    """A trainer that runs until ``config.total_steps`` environment steps (``self.env_steps``), however many
-    updates that takes (DQN's bursts, REINFORCE's batches of whole episodes)."""
+    """A trainer that runs until ``config.total_steps`` environment steps (``self.env_steps``),
+    however many updates that takes (DQN's bursts, REINFORCE's batches of whole episodes)."""
 
     progress_unit = "step"
     env_steps = 0
@@ -297,7 +311,8 @@ class StepBudgetTrainer(Trainer):
 
 
 def require_finite_weights(module: torch.nn.Module, when: str) -> None:
-    """``TrainingDiverged`` naming the first parameter of ``module`` that holds a NaN or an infinity."""
+    """``TrainingDiverged`` naming the first parameter of ``module`` that holds a NaN or an
+    infinity."""
     for name, parameter in module.named_parameters():
         if not torch.isfinite(parameter).all():
             raise TrainingDiverged(f"{when}: the weights {name} are not finite")
@@ -306,7 +321,8 @@ def require_finite_weights(module: torch.nn.Module, when: str) -> None:
 def fit(
     trainer: Trainer, progress: bool = False, after_update: Callable[[Trainer], None] | None = None
 ) -> TrainResult:
-    """Run ``trainer``'s remaining updates (with a progress bar); ``after_update(trainer)`` after each. Closes it."""
+    """Run ``trainer``'s remaining updates (with a progress bar); ``after_update(trainer)`` after
+    each. Closes it."""
     config = trainer.config
     try:
         done, total = trainer.progress

@@ -1,13 +1,14 @@
 """Settings for every test: one torch thread, and a cache for results that several tests share.
 
-The networks here are small: a second thread only adds synchronisation, and on a shared 2-core machine
-two threads per process slowed some tests more than tenfold. The notebooks make the same choice. The
-processes that tests start (the `rlkit` command killed and resumed, nbgrader's kernels) inherit one
-thread through OMP_NUM_THREADS: with two xdist workers busy, a two-thread subprocess ran 6x slower.
+The networks here are small: a second thread only adds synchronisation, and on a shared 2-core
+machine two threads per process slowed some tests more than tenfold. The notebooks make the same
+choice. The processes that tests start (the `rlkit` command killed and resumed, nbgrader's kernels)
+inherit one thread through OMP_NUM_THREADS: beside two busy xdist workers, a two-thread subprocess
+ran 6x slower.
 
 `make test` runs the tests in two pytest-xdist workers. A trained seed that several tests read (a
-learning test's per-seed run and the test that compares the seeds) is trained once per run, by whichever
-worker asks first, and stored under a lock; the other worker waits for it and reads it.
+learning test's per-seed run and the test that compares the seeds) is trained once per run, by
+whichever worker asks first, and stored under a lock; the other worker waits for it and reads it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class RunCache:
 
 @pytest.fixture(scope="session")
 def run_cache(tmp_path_factory, worker_id) -> RunCache:
-    """One folder per pytest run: the workers' common parent of their temporary folders under xdist."""
+    """One folder per pytest run: the workers' common parent of their temporary folders under
+    xdist."""
     base = tmp_path_factory.getbasetemp()
     return RunCache((base if worker_id == "master" else base.parent) / "shared-results")

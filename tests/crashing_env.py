@@ -1,9 +1,9 @@
-"""Environments that fail on purpose: one raises on its 30th step (the A3C test of a worker that fails with an
-exception), one pays NaN rewards from its 300th step (a loss that turns NaN mid-training), one pays NumPy
-float32 rewards (state a checkpoint must keep as NumPy scalars).
+"""Environments that fail on purpose: one raises on its 30th step (the A3C test of a worker that
+fails with an exception), one pays NaN rewards from its 300th step (a loss that turns NaN
+mid-training), one pays NumPy float32 rewards (state a checkpoint must keep as NumPy scalars).
 
-Registered on import, so an ``env_id`` of ``"tests.crashing_env:rlkit-test/CrashingCartPole-v0"`` reaches
-worker processes (Gymnasium imports the module named before the colon).
+Registered on import, so an ``env_id`` of ``"tests.crashing_env:rlkit-test/CrashingCartPole-v0"``
+reaches worker processes (Gymnasium imports the module named before the colon).
 """
 
 import gymnasium as gym
@@ -30,7 +30,8 @@ if "rlkit-test/CrashingCartPole-v0" not in gym.registry:
 
 
 class NaNRewardCartPole(CartPoleEnv):
-    """CartPole whose reward turns NaN from its 300th step on: a loss that turns NaN mid-training."""
+    """CartPole whose reward turns NaN from its 300th step on: a loss that turns NaN
+    mid-training."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

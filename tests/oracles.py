@@ -1,8 +1,9 @@
 """Reference implementations the tests (and bench/gae.py) trust: plain loops, no cleverness.
 
 ``deepspeed_chat_gae`` is the reverse loop of DeepSpeed-Chat's PPO trainer
-(``get_advantages_and_returns``): one Python step per time index, vectorised over the batch, with the
-episode ends (``dones``), bootstrap (``last_value``) and token ``mask`` of DESIGN.md added the plain way.
+(``get_advantages_and_returns``): one Python step per time index, vectorised over the batch, with
+the episode ends (``dones``), bootstrap (``last_value``) and token ``mask`` of DESIGN.md added the
+plain way.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def deepspeed_chat_gae(rewards, values, gamma, lam, dones=None, last_value=None,
 
 
 def loop_discounted_returns(rewards, gamma, dones=None, last_value=None):
-    """G_t = r_t + gamma * (1 - done_t) * G_{t+1}, one row and one step at a time, in Python floats."""
+    """G_t = r_t + gamma * (1 - done_t) * G_{t+1}, one row and one step at a time, in Python
+    floats."""
     batch, length = rewards.shape
     out = torch.zeros(batch, length, dtype=torch.float64)
     for b in range(batch):

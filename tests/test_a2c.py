@@ -1,4 +1,5 @@
-"""A2C: the loss and the n-step advantages against hand loops, the update against SB3's recipe, bad input."""
+"""A2C: the loss and the n-step advantages against hand loops, the update against SB3's recipe, bad
+input."""
 
 import copy
 
@@ -21,7 +22,8 @@ from rlkit.rollouts import RolloutCollector, make_vector_env
 
 
 def hand_n_step(rewards, values, dones, last_value, gamma):
-    """R_t = r_t + gamma R_{t+1}, R_n = V(s_n), cut at episode ends: the n-step return, one step at a time."""
+    """R_t = r_t + gamma R_{t+1}, R_n = V(s_n), cut at episode ends: the n-step return, one step at
+    a time."""
     returns = torch.zeros_like(rewards)
     for row in range(rewards.shape[0]):
         following = last_value[row].item()
@@ -95,7 +97,8 @@ def test_clip_gradients_matches_torch_clip_grad_norm():
 
 
 def test_update_equals_the_recipe_written_out_on_separate_parameters():
-    """One A2C step with the flat-parameter machinery equals RMSprop + clip_grad_norm_ on ordinary parameters."""
+    """One A2C step with the flat-parameter machinery equals RMSprop + clip_grad_norm_ on ordinary
+    parameters."""
     config, _, agent, collector = small_setup(ent_coef=0.01)
     rollout = collector.collect()
     reference = copy.deepcopy(agent)

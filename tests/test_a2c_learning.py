@@ -1,4 +1,5 @@
-"""A2C learns CartPole-v1 with its tested preset (rl-baselines3-zoo's settings): each seed is trained once."""
+"""A2C learns CartPole-v1 with its tested preset (rl-baselines3-zoo's settings): each seed is
+trained once."""
 
 import pytest
 

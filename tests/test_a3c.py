@@ -1,4 +1,5 @@
-"""A3C: what lives in shared memory, Hogwild updates reaching the shared model, a dead worker, bad input."""
+"""A3C: what lives in shared memory, Hogwild updates reaching the shared model, a dead worker, bad
+input."""
 
 import multiprocessing
 import os
@@ -39,7 +40,8 @@ def test_model_and_every_optimizer_statistic_live_in_shared_memory():
 
 @pytest.mark.parametrize("betas", [(0.9, 0.999), (0.0, 0.0), (0.5, 0.1)])
 def test_shared_adam_steps_exactly_as_torch_adam_and_keeps_its_shared_state(betas):
-    """torch's Adam is the reference, bit for bit; the state made up front stays (same tensors, updated in place)."""
+    """torch's Adam is the reference, bit for bit; the state made up front stays (same tensors,
+    updated in place)."""
     parameter = torch.nn.Parameter(torch.ones(3))
     parameter.data.share_memory_()
     optimizer = SharedAdam([parameter], lr=0.1, betas=betas, eps=1e-8)
@@ -62,7 +64,8 @@ def test_shared_adam_steps_exactly_as_torch_adam_and_keeps_its_shared_state(beta
 
 
 class StateWrites(TorchDispatchMode):
-    """Records each operation that writes into one of the ``watched`` tensors, as (name, operation)."""
+    """Records each operation that writes into one of the ``watched`` tensors, as (name,
+    operation)."""
 
     def __init__(self, watched: dict):
         super().__init__()
@@ -97,7 +100,8 @@ def moment_writes(optimizer, parameter) -> list:
 
 
 def test_shared_adam_writes_each_moment_once_where_torch_adam_writes_the_second_twice():
-    """The deterministic version of the test below: the operations that touch the shared moments during a step."""
+    """The deterministic version of the test below: the operations that touch the shared moments
+    during a step."""
     parameter = torch.nn.Parameter(torch.ones(3))
     parameter.grad = torch.tensor([1.0, -1.0, 0.5])
     shared = SharedAdam([parameter], lr=0.1, betas=(0.0, 0.0), eps=1e-8)
@@ -115,9 +119,10 @@ def test_shared_adam_writes_each_moment_once_where_torch_adam_writes_the_second_
 
 
 def test_workers_never_read_a_half_updated_second_moment():
-    """Found by fuzzing: with beta2 = 0, torch's in-place step zeroes the shared second moment before adding
-    the new gradient's square; a worker stepping in between divided by eps and the weights became NaN (two
-    workers, one step per update: every run diverged). SharedAdam writes each moment once."""
+    """Found by fuzzing: with beta2 = 0, torch's in-place step zeroes the shared second moment
+    before adding the new gradient's square; a worker stepping in between divided by eps and the
+    weights became NaN (two workers, one step per update: every run diverged). SharedAdam writes
+    each moment once."""
     config = small_config(
         total_steps=300,
         num_steps=1,

@@ -1,4 +1,5 @@
-"""A3C learns CartPole-v1 with its preset (two workers): three runs, seeds 0-2 (runs are not reproducible)."""
+"""A3C learns CartPole-v1 with its preset (two workers): three runs, seeds 0-2 (runs are not
+reproducible)."""
 
 import pytest
 

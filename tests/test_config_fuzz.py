@@ -1,17 +1,18 @@
 """Config validation, fuzzed with Hypothesis: every algorithm's config either refuses a value with a
-``ValueError`` that names the field (``"<field> must be ..."``, as ``rlkit.training.require`` writes it), or
-accepts it and then trains. Nothing else: no ``TypeError`` from a comparison, no crash deep inside torch or
-Gymnasium.
+``ValueError`` that names the field (``"<field> must be ..."``, as ``rlkit.training.require`` writes
+it), or accepts it and then trains. Nothing else: no ``TypeError`` from a comparison, no crash deep
+inside torch or Gymnasium.
 
-Each example is a small valid config (boundary values included: gamma 0 and 1, -0.0, the smallest float,
-math.inf where a field documents it) with up to three fields replaced by garbage: negative, zero and huge
-integers, bools where numbers go, NaN and infinities, strings, None, lists and tuples (with negative, float
-and bool entries), unknown env ids, env ids with the wrong spaces, device strings. An accepted config trains
-on CartPole-v1 (and Pendulum-v1 for PPO) with a budget of a few dozen steps, returns a history and finite
-weights. A replaced value may be accepted and still make training diverge (an entropy weight of 1e30, A2C's
-learning rate of 16): ``TrainingDiverged`` is then the right answer, and the only one allowed, when some
-replaced value is that large (10 or more; the weights may then be NaN too). The examples are derandomized,
-so CI runs the same ones every time; ``RLKIT_FUZZ_SCALE=10`` runs ten times as many, for a longer search.
+Each example is a small valid config (boundary values included: gamma 0 and 1, -0.0, the smallest
+float, math.inf where a field documents it) with up to three fields replaced by garbage: negative,
+zero and huge integers, bools where numbers go, NaN and infinities, strings, None, lists and tuples
+(with negative, float and bool entries), unknown env ids, env ids with the wrong spaces, device
+strings. An accepted config trains on CartPole-v1 (and Pendulum-v1 for PPO) with a budget of a few
+dozen steps, returns a history and finite weights. A replaced value may be accepted and still make
+training diverge (an entropy weight of 1e30, A2C's learning rate of 16): ``TrainingDiverged`` is
+then the right answer, and the only one allowed, when some replaced value is that large (10 or more;
+the weights may then be NaN too). The examples are derandomized, so CI runs the same ones every
+time; ``RLKIT_FUZZ_SCALE=10`` runs ten times as many, for a longer search.
 
 The last tests replay what the fuzzing found, one example per finding.
 """
@@ -43,7 +44,7 @@ def examples(count: int) -> int:
     return max(1, round(count * SCALE))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Garbage
 
 SMALL_INTS = st.integers(-3, 16)  # accepted ones stay cheap to train with
@@ -121,7 +122,8 @@ DEVICES = st.sampled_from(
 GARBAGE = st.one_of(
     st.none(), st.booleans(), SMALL_INTS, FLOATS, STRINGS, SEQUENCES, OTHERS, ENV_IDS, DEVICES
 )
-BY_TYPE = [  # what a field of an annotated type is most likely to be given by mistake, first match wins
+# what a field of an annotated type is most likely to be given by mistake, first match wins
+BY_TYPE = [
     ("tuple", SEQUENCES | st.lists(st.integers(-2, 8), max_size=3) | st.tuples(FLOATS, FLOATS)),
     ("float", FLOATS | SMALL_INTS | st.booleans() | st.sampled_from(["0.001", "1", "inf"])),
     ("int", SMALL_INTS | FLOATS | st.booleans() | st.sampled_from(["8", "1e3"])),
@@ -129,14 +131,15 @@ BY_TYPE = [  # what a field of an annotated type is most likely to be given by m
     ("str", STRINGS | ENV_IDS | DEVICES),
 ]
 EXTRA_GARBAGE = {"seed": HUGE_INTS, "env_id": ENV_IDS, "device": DEVICES}
-# Never replaced: ``progress`` takes any truth value, and A3C's ``timeout`` is a run-time limit (a tiny one is
-# accepted and stops the run with an error, as it should); both are covered by the construction-only tests.
+# Never replaced: ``progress`` takes any truth value, and A3C's ``timeout`` is a run-time limit (a
+# tiny one is accepted and stops the run with an error, as it should); both are covered by the
+# construction-only tests.
 NOT_REPLACED_IN_RUNS = {"progress", "timeout"}
 
 
 def garbage_for(name: str, annotation: str, huge: bool):
-    """Garbage for field ``name`` of type ``annotation``; ``huge`` adds integers too large to train with
-    (construction-only tests)."""
+    """Garbage for field ``name`` of type ``annotation``; ``huge`` adds integers too large to train
+    with (construction-only tests)."""
     typed = next((strategy for kind, strategy in BY_TYPE if kind in annotation), st.nothing())
     strategy = typed | GARBAGE | EXTRA_GARBAGE.get(name, st.nothing())
     if huge:
@@ -163,7 +166,7 @@ def replacements(annotations: dict[str, str], huge: bool, skip: set[str] = froze
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Small valid configs, boundaries included
 
 UNIT = st.floats(0.0, 1.0) | st.sampled_from([0.0, -0.0, 1.0])  # [0, 1]
@@ -259,7 +262,8 @@ def valid_a2c(draw):
 
 @st.composite
 def adam_betas(draw):
-    """(beta1, beta2) in [0, 1) with beta1 = 0 or beta1**2 < beta2, where Adam's step m / sqrt(v) is bounded."""
+    """(beta1, beta2) in [0, 1) with beta1 = 0 or beta1**2 < beta2, where Adam's step m / sqrt(v) is
+    bounded."""
     beta2 = draw(st.floats(0.0, 0.999))
     if beta2 == 0:
         return 0.0, beta2
@@ -312,7 +316,7 @@ def valid_ppo(draw):
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The property
 
 # A value of one field may be refused in the name of another that it must agree with.
@@ -353,7 +357,8 @@ def is_extreme(value) -> bool:
 
 
 def expected_dqn_bursts(config: dqn.DQNConfig) -> int:
-    """Training bursts DQN does: steps s in [learning_starts, total_steps) with (s + 1) % train_frequency == 0."""
+    """Training bursts DQN does: steps s in [learning_starts, total_steps) with (s + 1) %
+    train_frequency == 0."""
     first = (
         math.ceil((config.learning_starts + 1) / config.train_frequency) * config.train_frequency
     )
@@ -361,7 +366,8 @@ def expected_dqn_bursts(config: dqn.DQNConfig) -> int:
 
 
 def check(algorithm: str, fields: dict, replaced: dict, run: bool) -> None:
-    """The property: refused naming a replaced (or related) field, or accepted and (with ``run``) trained."""
+    """The property: refused naming a replaced (or related) field, or accepted and (with ``run``)
+    trained."""
     module, config_class, _ = ALGORITHMS[algorithm]
     may_name = set(replaced) | {
         other for name in replaced for other in RELATED[algorithm].get(name, ())
@@ -444,9 +450,10 @@ def test_a_config_is_refused_naming_a_field_or_accepted(algorithm):
     fuzz()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# What the fuzzing found, one example per finding: each raised something other than a ValueError naming the
-# field before (a TypeError, an error from NumPy, torch or Gymnasium, or training with a value that makes no sense)
+# --------------------------------------------------------------------------------------------------
+# What the fuzzing found, one example per finding: each raised something other than a ValueError
+# naming the field before (a TypeError, an error from NumPy, torch or Gymnasium, or training with a
+# value that makes no sense)
 
 FOUND = [
     # an env_id that is not a string: TypeError from the preset lookup (unhashable) or from gym.make
@@ -455,12 +462,13 @@ FOUND = [
     (reinforce.ReinforceConfig, dict(env_id={}), "env_id"),
     (reinforce.ReinforceConfig, dict(env_id=3), "env_id"),
     (a3c.A3CConfig, dict(env_id=["CartPole-v1"]), "env_id"),
-    # an unknown env_id: Gymnasium's NameNotFound / Error / ModuleNotFoundError in train, not a ValueError
+    # an unknown env_id: Gymnasium's NameNotFound / Error / ModuleNotFoundError in train, not a
+    # ValueError
     (dqn.DQNConfig, dict(env_id="NoSuchEnv-v0"), "env_id"),
     (dqn.DQNConfig, dict(env_id=""), "env_id"),
     (reinforce.ReinforceConfig, dict(env_id="no_such_module:Env-v0"), "env_id"),
-    # a seed NumPy or torch cannot take: ValueError "Seed must be between 0 and 2**32 - 1" (not naming the
-    # field), TypeError, or RuntimeError from torch.manual_seed, all in train
+    # a seed NumPy or torch cannot take: ValueError "Seed must be between 0 and 2**32 - 1" (not
+    # naming the field), TypeError, or RuntimeError from torch.manual_seed, all in train
     (dqn.DQNConfig, dict(seed=-1), "seed"),
     (dqn.DQNConfig, dict(seed=2**32), "seed"),
     (dqn.DQNConfig, dict(seed=1.5), "seed"),
@@ -479,8 +487,8 @@ FOUND = [
     (reinforce.ReinforceConfig, dict(value_learning_rate=(1e-3,)), "value_learning_rate"),
     (reinforce.ReinforceConfig, dict(gamma="0.99"), "gamma"),
     (reinforce.ReinforceConfig, dict(max_grad_norm="1"), "max_grad_norm"),
-    # a non-integer count accepted: learning_starts=inf or 0.5 trained (inf: never), batch_size=True crashed
-    # in torch.randint
+    # a non-integer count accepted: learning_starts=inf or 0.5 trained (inf: never), batch_size=True
+    # crashed in torch.randint
     (dqn.DQNConfig, dict(learning_starts=math.inf), "learning_starts"),
     (dqn.DQNConfig, dict(learning_starts=0.5), "learning_starts"),
     (dqn.DQNConfig, dict(batch_size=True), "batch_size"),
@@ -489,20 +497,20 @@ FOUND = [
     # an infinite learning rate accepted: TrainingDiverged in the first update
     (dqn.DQNConfig, dict(learning_rate=math.inf), "learning_rate"),
     (reinforce.ReinforceConfig, dict(learning_rate=math.inf), "learning_rate"),
-    # a learning rate near float32's largest number: RuntimeError "value cannot be converted to type float
-    # without overflow" inside Adam's step (in A3C's worker, which stopped the run)
+    # a learning rate near float32's largest number: RuntimeError "value cannot be converted to type
+    # float without overflow" inside Adam's step (in A3C's worker, which stopped the run)
     (dqn.DQNConfig, dict(learning_rate=3e38), "learning_rate"),
     (reinforce.ReinforceConfig, dict(value_learning_rate=1e39), "value_learning_rate"),
     (a3c.A3CConfig, dict(learning_rate=3e38), "learning_rate"),
-    # an int too large for 64 bits where a float goes: OverflowError "int too big to convert" inside torch (the
-    # shared is_number, so A2C and PPO too)
+    # an int too large for 64 bits where a float goes: OverflowError "int too big to convert" inside
+    # torch (the shared is_number, so A2C and PPO too)
     (a2c.A2CConfig, dict(optimizer_eps=2**64), "optimizer_eps"),
     (a2c.A2CConfig, dict(max_grad_norm=2**64), "max_grad_norm"),
     (ppo.PPOConfig, dict(vf_coef=2**64), "vf_coef"),
     (ppo.PPOConfig, dict(value_clip_eps=2**64), "value_clip_eps"),
     (a3c.A3CConfig, dict(max_grad_norm=2**64), "max_grad_norm"),
-    # hidden_sizes that are not a list or tuple of integers: TypeError ('int' object is not iterable, '>='
-    # between str and int) or, for floats, a TypeError from nn.Linear in train
+    # hidden_sizes that are not a list or tuple of integers: TypeError ('int' object is not
+    # iterable, '>=' between str and int) or, for floats, a TypeError from nn.Linear in train
     (dqn.DQNConfig, dict(hidden_sizes=64), "hidden_sizes"),
     (dqn.DQNConfig, dict(hidden_sizes="64"), "hidden_sizes"),
     (dqn.DQNConfig, dict(hidden_sizes=(8.0,)), "hidden_sizes"),
@@ -514,29 +522,33 @@ FOUND = [
     (reinforce.ReinforceConfig, dict(baseline="no"), "baseline"),
     (reinforce.ReinforceConfig, dict(normalize_advantages=1), "normalize_advantages"),
     (a3c.A3CConfig, dict(normalize_advantages="no"), "normalize_advantages"),
-    # a device torch does not have or cannot parse: RuntimeError, TypeError or AssertionError in train
+    # a device torch does not have or cannot parse: RuntimeError, TypeError or AssertionError in
+    # train
     (dqn.DQNConfig, dict(device="gpu"), "device"),
     (dqn.DQNConfig, dict(device="meta"), "device"),
     (dqn.DQNConfig, dict(device=None), "device"),
     (dqn.DQNConfig, dict(device=1.5), "device"),
     (reinforce.ReinforceConfig, dict(device=""), "device"),
     (reinforce.ReinforceConfig, dict(device=True), "device"),
-    # a device index too large for C's long long: ValueError "Overflow when unpacking long long" (all configs
-    # that call require_device)
+    # a device index too large for C's long long: ValueError "Overflow when unpacking long long"
+    # (all configs that call require_device)
     (a2c.A2CConfig, dict(device=2**64), "device"),
     (ppo.PPOConfig, dict(device=-(2**64)), "device"),
     (dqn.DQNConfig, dict(device=2**64), "device"),
     # an activation that is a list or a dict: TypeError (unhashable) from the lookup in ACTIVATIONS
     (a3c.A3CConfig, dict(activation=["tanh"]), "activation"),
     (a3c.A3CConfig, dict(activation={}), "activation"),
-    # Adam with beta1**2 >= beta2: m / sqrt(v) unbounded; a zero gradient (a dead ReLU) after a nonzero one moved the
-    # weights by lr * m / eps (eps 1.2e-38, betas (0.5, 0), one worker: NaN weights)
+    # Adam with beta1**2 >= beta2: m / sqrt(v) unbounded; a zero gradient (a dead ReLU) after a
+    # nonzero one moved the weights by lr * m / eps (eps 1.2e-38, betas (0.5, 0), one worker: NaN
+    # weights)
     (a3c.A3CConfig, dict(adam_betas=(0.5, 0.0)), "adam_betas"),
-    # an optimizer eps that is 0 in float32: Adam divides 0 by 0, and A3C returned an agent of NaN weights
+    # an optimizer eps that is 0 in float32: Adam divides 0 by 0, and A3C returned an agent of NaN
+    # weights
     (a3c.A3CConfig, dict(optimizer_eps=5e-324), "optimizer_eps"),
     (a3c.A3CConfig, dict(optimizer_eps=1e-40), "optimizer_eps"),
-    # an eps below sqrt(float32's smallest normal): a gradient under 2.7e-23, whose square is 0 in float32, moved a
-    # weight by |g| / eps, up to 2e15 times the learning rate (found while reviewing the finding above)
+    # an eps below sqrt(float32's smallest normal): a gradient under 2.7e-23, whose square is 0 in
+    # float32, moved a weight by |g| / eps, up to 2e15 times the learning rate (found while
+    # reviewing the finding above)
     (a3c.A3CConfig, dict(optimizer_eps=FLOAT32_TINY), "optimizer_eps"),
     (a2c.A2CConfig, dict(optimizer_eps=1e-20), "optimizer_eps"),
     (ppo.PPOConfig, dict(optimizer_eps=1e-30), "optimizer_eps"),
@@ -554,7 +566,8 @@ def test_found_by_fuzzing_is_refused_naming_the_field(config_class, fields, fiel
 
 
 def test_a_cuda_device_this_machine_lacks_is_refused_naming_device():
-    """DQN and REINFORCE took any device and failed in train; the others took an index past the last GPU."""
+    """DQN and REINFORCE took any device and failed in train; the others took an index past the last
+    GPU."""
     missing = f"cuda:{torch.cuda.device_count()}"
     for config_class in (dqn.DQNConfig, reinforce.ReinforceConfig, a2c.A2CConfig, ppo.PPOConfig):
         with pytest.raises(ValueError, match="^device must "):
@@ -607,7 +620,8 @@ def tiny_ppo(**fields):
     )
 
 
-# Found in a2c.py and ppo.py: before the fix, a TypeError or RuntimeError deep inside (or silent NaN weights).
+# Found in a2c.py and ppo.py: before the fix, a TypeError or RuntimeError deep inside (or silent NaN
+# weights).
 FIXED_IN_A2C_AND_PPO = [
     pytest.param(
         lambda: a2c.A2CConfig(env_id=["CartPole-v1"]), id="A2C-env_id-list-TypeError-in-presets"
@@ -622,7 +636,8 @@ FIXED_IN_A2C_AND_PPO = [
         lambda: tiny_ppo(env_id="Pendulum-v1", initial_log_std=1e308),
         id="PPO-initial_log_std-1e308-RuntimeError",
     ),
-    # an eps that is 0 in float32: 0 / 0 in the optimizer where a gradient is 0 (the critic's, with vf_coef 0)
+    # an eps that is 0 in float32: 0 / 0 in the optimizer where a gradient is 0 (the critic's, with
+    # vf_coef 0)
     pytest.param(
         lambda: tiny_a2c(optimizer_eps=5e-324, vf_coef=0.0, hidden_sizes=[]),
         id="A2C-optimizer_eps-5e-324-diverges",

@@ -1,4 +1,5 @@
-"""DQN's pieces against hand computations; its config against bad input. (Learning: tests/test_dqn_learning.py.)"""
+"""DQN's pieces against hand computations; its config against bad input. (Learning:
+tests/test_dqn_learning.py.)"""
 
 import numpy as np
 import pytest
@@ -97,7 +98,8 @@ def test_same_seed_same_numbers():
 def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_terminal(
     monkeypatch,
 ):
-    """Gymnasium 1.x: the time limit truncates; DQN must still bootstrap from the state it stopped in."""
+    """Gymnasium 1.x: the time limit truncates; DQN must still bootstrap from the state it stopped
+    in."""
     import gymnasium as gym
     from gymnasium.envs.classic_control import CartPoleEnv
 

@@ -1,4 +1,5 @@
-"""DQN learns CartPole-v1 with its tested preset (rl-baselines3-zoo's): each seed is trained once."""
+"""DQN learns CartPole-v1 with its tested preset (rl-baselines3-zoo's): each seed is trained
+once."""
 
 import pytest
 

@@ -1,15 +1,17 @@
-"""rlkit.evaluation against hand-computed values, scipy's trim_mean and rliable's stratified bootstrap.
+"""rlkit.evaluation against hand-computed values, scipy's trim_mean and rliable's stratified
+bootstrap.
 
-The reference numbers marked "rliable" were produced offline, once, in a scratch virtual environment that
-is not part of the project (rliable 1.2.0, arch 7.2.0, scipy 1.17.1, numpy 2.4.6, pandas 2.3.3: arch 7.2
-does not import under pandas 3), with
+The reference numbers marked "rliable" were produced offline, once, in a scratch virtual environment
+that is not part of the project (rliable 1.2.0, arch 7.2.0, scipy 1.17.1, numpy 2.4.6, pandas 2.3.3:
+arch 7.2 does not import under pandas 3), with
 
     np.random.seed(0)  # rliable's StratifiedBootstrap draws from numpy's global generator
     point, ci = rliable.library.get_interval_estimates(
         {"x": scores}, lambda s: np.array([rliable.metrics.aggregate_<statistic>(s)]), reps=200_000)
 
 (default method "percentile", confidence 0.95); the trim_mean references with
-``scipy.stats.trim_mean(x, 0.25, axis=...)`` in the same environment. Nothing here needs either package.
+``scipy.stats.trim_mean(x, 0.25, axis=...)`` in the same environment. Nothing here needs either
+package.
 """
 
 import numpy as np
@@ -146,8 +148,8 @@ def test_point_estimates_match_rliable(data, statistic):
 
 @pytest.mark.parametrize(("data", "statistic"), list(RLIABLE))
 def test_interval_matches_rliable(data, statistic):
-    # two Monte Carlo estimates of the same percentiles (different generators): measured over 10 seeds, ours
-    # stayed within 0.9% of the interval's width of rliable's 200,000-replicate numbers
+    # two Monte Carlo estimates of the same percentiles (different generators): measured over 10
+    # seeds, ours stayed within 0.9% of the interval's width of rliable's 200,000-replicate numbers
     _, low, high = stratified_bootstrap_ci(
         DATA[data], statistic, reps=50_000, confidence=0.95, seed=0
     )
@@ -189,7 +191,8 @@ def test_wider_confidence_gives_a_wider_interval():
 
 @pytest.mark.parametrize("statistic", ["mean", "iqm"])
 def test_interval_shrinks_as_one_over_sqrt_runs(statistic):
-    # 4 times the runs, half the width: averaged over 20 experiments to smooth out the sampling noise
+    # 4 times the runs, half the width: averaged over 20 experiments to smooth out the sampling
+    # noise
     rng = np.random.default_rng(0)
 
     def mean_width(runs):
@@ -207,8 +210,9 @@ def test_interval_shrinks_as_one_over_sqrt_runs(statistic):
 
 @pytest.mark.parametrize("statistic", ["mean", "iqm"])
 def test_coverage_is_close_to_nominal(statistic):
-    # 500 simulated experiments of 40 runs from N(3, 2^2); the population IQM of a symmetric distribution is its
-    # mean. A 95% interval should contain the true value in about 95% of them (sd of the estimate ~ 1%).
+    # 500 simulated experiments of 40 runs from N(3, 2^2); the population IQM of a symmetric
+    # distribution is its mean. A 95% interval should contain the true value in about 95% of them
+    # (sd of the estimate ~ 1%).
     rng = np.random.default_rng(1)
     covered = 0
     for experiment in range(500):
@@ -220,8 +224,8 @@ def test_coverage_is_close_to_nominal(statistic):
 
 
 def test_few_runs_undercover():
-    # the percentile bootstrap cannot spread wider than the runs themselves: with 3 runs a "95%" interval of
-    # the mean covers the true mean far less often (the book's caveat about three seeds)
+    # the percentile bootstrap cannot spread wider than the runs themselves: with 3 runs a "95%"
+    # interval of the mean covers the true mean far less often (the book's caveat about three seeds)
     rng = np.random.default_rng(2)
     covered = sum(
         low <= 0.0 <= high
@@ -234,9 +238,9 @@ def test_few_runs_undercover():
 
 
 def test_stratification_keeps_tasks_apart():
-    # every run scores 0 on task 0 and 100 on task 1: a resample drawn within each task always holds 4 zeros
-    # and 4 hundreds, so every statistic is the same on every resample. Resampling the 8 pooled scores would
-    # mix the tasks and give a wide interval.
+    # every run scores 0 on task 0 and 100 on task 1: a resample drawn within each task always holds
+    # 4 zeros and 4 hundreds, so every statistic is the same on every resample. Resampling the 8
+    # pooled scores would mix the tasks and give a wide interval.
     scores = np.array([[0.0, 100.0]] * 4)
     for statistic in ("mean", "median", "iqm"):
         point, low, high = stratified_bootstrap_ci(scores, statistic, reps=2000)
@@ -247,14 +251,16 @@ def test_stratification_keeps_tasks_apart():
 
 
 def test_each_task_draws_its_own_runs():
-    # task 1 is the negative of task 0 run by run: resampling whole runs (rows) would always give a mean of 0;
-    # rliable's stratified bootstrap draws runs independently per task, so the two columns do not cancel
+    # task 1 is the negative of task 0 run by run: resampling whole runs (rows) would always give a
+    # mean of 0; rliable's stratified bootstrap draws runs independently per task, so the two
+    # columns do not cancel
     runs = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     scores = np.stack([runs, -runs], axis=1)
     point, low, high = stratified_bootstrap_ci(scores, "mean", reps=2000)
     assert point == 0.0
     assert low < -0.3 and high > 0.3
-    # the variance of (mean of task 0's resample - mean of task 1's) / 2 is twice that of one task's mean / 4
+    # the variance of (mean of task 0's resample - mean of task 1's) / 2 is twice that of one task's
+    # mean / 4
     _, one_low, one_high = stratified_bootstrap_ci(runs, "mean", reps=20000)
     assert (high - low) == pytest.approx((one_high - one_low) / np.sqrt(2), rel=0.1)
 
@@ -291,8 +297,8 @@ def test_curve_band_is_the_bootstrap_at_each_point(statistic):
 
 
 def test_curve_band_resamples_whole_curves():
-    # a curve that is a constant shift of another keeps its band shifted by the same constant, exactly:
-    # the same runs are drawn at every point
+    # a curve that is a constant shift of another keeps its band shifted by the same constant,
+    # exactly: the same runs are drawn at every point
     base = np.random.default_rng(0).normal(size=(5, 1))
     curves = base + np.arange(10.0)
     point, low, high = curve_band(curves, "mean", reps=500)

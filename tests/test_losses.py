@@ -248,8 +248,9 @@ def test_bad_input_raises_a_value_error_naming_the_argument(call, name):
 
 @pytest.mark.parametrize("garbage", [100.0, float("inf"), float("-inf"), float("nan")])
 def test_garbage_on_padding_reaches_neither_a_loss_nor_a_gradient(garbage):
-    """Padding holds anything in practice (a log-prob of a pad token, a value read past the EOS): the masked
-    losses and diagnostics must equal the ones computed with zeros there, with finite gradients that are 0 there."""
+    """Padding holds anything in practice (a log-prob of a pad token, a value read past the EOS):
+    the masked losses and diagnostics must equal the ones computed with zeros there, with finite
+    gradients that are 0 there."""
     torch.manual_seed(0)
     mask = right_padded_mask(4, 6, seed=2).float()
     padding = ~mask.bool()

@@ -1,4 +1,5 @@
-"""The shared networks: shapes, the initialisation the implementation details prescribe, distributions."""
+"""The shared networks: shapes, the initialisation the implementation details prescribe,
+distributions."""
 
 import math
 
@@ -53,7 +54,7 @@ def test_bad_sizes_raise_value_errors():
         mlp(3, (0,), 2)
 
 
-# ---- The actor-critic network, the fast samplers and flat parameters (Chapter 6) -----------------------
+# ---- The actor-critic network, the fast samplers and flat parameters (Chapter 6) -----------------
 
 from rlkit.nets import (  # noqa: E402 (this part of the file tests Chapter 6's network)
     ActorCritic,
@@ -145,8 +146,9 @@ def test_categorical_sample_never_returns_a_zero_probability_action(monkeypatch)
     logits = torch.tensor([[0.0, float("-inf"), 0.0, float("-inf")]]).expand(10_000, -1)
     actions, _ = categorical_sample(logits)
     assert set(actions.tolist()) == {0, 2}
-    # The extreme draws: 0, and the largest float32 below 1 on rows whose probabilities sum to just below 1
-    # in float32 (the last action impossible), where an unscaled draw would pass the last possible action.
+    # The extreme draws: 0, and the largest float32 below 1 on rows whose probabilities sum to just
+    # below 1 in float32 (the last action impossible), where an unscaled draw would pass the last
+    # possible action.
     torch.manual_seed(1)
     rows = torch.cat([torch.randn(2000, 3) * 3, torch.full((2000, 1), float("-inf"))], dim=1)
     short = torch.softmax(rows, -1).cumsum(-1)[:, -1] < 1

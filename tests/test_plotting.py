@@ -89,7 +89,8 @@ def test_error_vs_samples_reference_line_is_sigma_over_sqrt_n():
 
 
 def _band_limits(ax, x):
-    """``(low, high)`` of the shaded band at each x, read back from the polygon that fill_between drew."""
+    """``(low, high)`` of the shaded band at each x, read back from the polygon that fill_between
+    drew."""
     vertices = ax.collections[0].get_paths()[0].vertices
     low = np.array([vertices[np.isclose(vertices[:, 0], value), 1].min() for value in x])
     high = np.array([vertices[np.isclose(vertices[:, 0], value), 1].max() for value in x])

@@ -1,4 +1,5 @@
-"""PPO: the update against a plain PyTorch loop, each implementation detail where a test can see it, bad input."""
+"""PPO: the update against a plain PyTorch loop, each implementation detail where a test can see it,
+bad input."""
 
 import copy
 import math
@@ -55,7 +56,8 @@ def hand_gae(rewards, values, dones, last_value, gamma, lam):
 
 def reference_update(agent, rollout, config, clip_eps):
     """PPO's update written the way CleanRL and SB3 write it: torch.distributions, torch.optim.Adam,
-    clip_grad_norm_, per-minibatch advantage normalisation with the std, one permutation per epoch."""
+    clip_grad_norm_, per-minibatch advantage normalisation with the std, one permutation per
+    epoch."""
     advantages, returns = hand_gae(
         rollout.rewards, rollout.values, rollout.dones, rollout.last_value, config.gamma, config.lam
     )
@@ -124,7 +126,8 @@ def test_update_equals_a_plain_pytorch_ppo_loop(env_id, overrides):
     agent, rollout = collect_one(config)
     reference, initial = copy.deepcopy(agent), [p.detach().clone() for p in agent.parameters()]
     flat = flatten_parameters(agent)
-    # the scheduled clip range (0.1) is not the config's (0.2): the update must use the one it is given
+    # the scheduled clip range (0.1) is not the config's (0.2): the update must use the one it is
+    # given
     metrics = ppo.update(
         agent,
         flat,

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.learning
 
 
 def trained_seed(run_cache, env_id, seed):
-    """Seed `seed` on `env_id`, trained once per test run: its greedy mean return over 100 episodes and
-    its mean training return over the first five updates."""
+    """Seed `seed` on `env_id`, trained once per test run: its greedy mean return over 100 episodes
+    and its mean training return over the first five updates."""
 
     def train_and_evaluate():
         result = train(PPOConfig(env_id=env_id, seed=seed))

@@ -1,9 +1,11 @@
-"""Every deep algorithm passes the probe environments that apply to it, on seeds 0, 1 and 2 (Jones, 2021).
+"""Every deep algorithm passes the probe environments that apply to it, on seeds 0, 1 and 2 (Jones,
+2021).
 
-Each run is small (a fraction of a second to a second on one thread) and checked against the exact answers
-in ``rlkit.envs.probes`` with ``probe_failures``: values within 0.1 of the truth, the best action's probability
-above 0.9. The configurations were fixed on seeds 0-2 (the seeds 3-7 were measured once, after). The last tests
-break an agent on purpose and show that the same check fails it: the probes can fail.
+Each run is small (a fraction of a second to a second on one thread) and checked against the exact
+answers in ``rlkit.envs.probes`` with ``probe_failures``: values within 0.1 of the truth, the best
+action's probability above 0.9. The configurations were fixed on seeds 0-2 (the seeds 3-7 were
+measured once, after). The last tests break an agent on purpose and show that the same check fails
+it: the probes can fail.
 """
 
 from functools import partial
@@ -18,7 +20,8 @@ from rlkit.envs.probes import PROBES, probe_failures
 
 pytestmark = pytest.mark.learning
 SEEDS = [0, 1, 2]
-GAMMA = 0.5  # far from 1, so that a missing discount (V(0) = 1 instead of 0.5) is far outside the tolerance
+# far from 1, so that a missing discount (V(0) = 1 instead of 0.5) is far outside the tolerance
+GAMMA = 0.5
 CONSTANT, OBSERVATION, DELAYED, ACTION, ACTION_OBSERVATION = PROBES
 POLICY_PROBES = [ACTION, ACTION_OBSERVATION]
 SMALL = (32, 32)
@@ -99,8 +102,9 @@ ALGORITHMS = {
         ),
         list(PROBES),
     ),
-    # worker processes take about a second to start: the two probes that exercise what A3C does differently
-    # (n-step returns computed by each worker, and a policy that depends on the observation)
+    # worker processes take about a second to start: the two probes that exercise what A3C does
+    # differently (n-step returns computed by each worker, and a policy that depends on the
+    # observation)
     "a3c": (
         a3c.train,
         a3c.A3CConfig,
@@ -125,7 +129,8 @@ def train(algorithm: str, env_id: str, seed: int, **overrides):
 
 
 def predictions(algorithm: str, result, env_id: str, see=lambda obs: obs) -> dict[str, np.ndarray]:
-    """What the trained agent says at each of the probe's observations (``see`` is what its networks are shown)."""
+    """What the trained agent says at each of the probe's observations (``see`` is what its networks
+    are shown)."""
     obs = see(torch.as_tensor(PROBES[env_id].observations()))
     with torch.no_grad():
         if algorithm == "dqn":
@@ -159,7 +164,8 @@ def test_algorithm_passes_probe(algorithm, env_id, seed):
 
 
 def test_a_dqn_that_bootstraps_across_termination_fails_the_constant_reward_probe(monkeypatch):
-    """The classic Gymnasium bug: treat an episode's end like any other step. Q(0) -> 1 / (1 - gamma) = 2."""
+    """The classic Gymnasium bug: treat an episode's end like any other step. Q(0) -> 1 / (1 -
+    gamma) = 2."""
     td_targets = dqn.td_targets
     monkeypatch.setattr(
         dqn,
@@ -197,10 +203,11 @@ def blind_ids():
     return ids
 
 
-def test_an_agent_that_ignores_the_observation_passes_the_probes_that_need_none_and_fails_the_others(
+def test_an_agent_that_ignores_the_observation_passes_the_probes_that_need_none_and_fails_the_others(  # noqa: E501
     blind_ids,
 ):
-    """REINFORCE with a baseline, trained on zeroed observations and shown zeros: an agent without its input."""
+    """REINFORCE with a baseline, trained on zeroed observations and shown zeros: an agent without
+    its input."""
     passed = {}
     for env_id in PROBES:
         result = train("reinforce_baseline", blind_ids[env_id], seed=0)

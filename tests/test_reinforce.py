@@ -1,5 +1,6 @@
-"""REINFORCE's pieces against hand computations and Gymnasium's autoreset; the baseline's effect on the
-gradient estimator; the config against bad input. (Learning: tests/test_reinforce_learning.py.)"""
+"""REINFORCE's pieces against hand computations and Gymnasium's autoreset; the baseline's effect on
+the gradient estimator; the config against bad input. (Learning:
+tests/test_reinforce_learning.py.)"""
 
 import gymnasium as gym
 import numpy as np
@@ -33,7 +34,8 @@ class ConstantValue(torch.nn.Module):
 
 
 def two_episodes() -> EpisodeBatch:
-    """Row 0 terminates after 2 steps (then the autoreset step and padding); row 1 is truncated after 3."""
+    """Row 0 terminates after 2 steps (then the autoreset step and padding); row 1 is truncated
+    after 3."""
     mask = torch.tensor([[1.0, 1, 0, 0], [1, 1, 1, 0]])
     # the 7s sit on masked steps and must not count
     rewards = torch.tensor([[1.0, 2, 0, 7], [1, 1, 1, 7]])
@@ -67,7 +69,8 @@ def test_returns_stop_at_termination_and_bootstrap_only_a_truncation():
 
 
 def test_a_time_limit_on_the_terminal_step_does_not_bootstrap():
-    """Gymnasium sets truncated and terminated together when the pole falls on the last allowed step."""
+    """Gymnasium sets truncated and terminated together when the pole falls on the last allowed
+    step."""
     batch = two_episodes()
     batch.terminated[1, 2] = 1.0
     expected = torch.tensor([[1 + GAMMA * 2, 2, 0, 0], [1 + GAMMA + GAMMA**2, 1 + GAMMA, 1, 0]])
@@ -134,9 +137,11 @@ def test_collect_masks_the_autoreset_step_and_keeps_the_true_final_observation()
         batch.truncated, torch.tensor([[0.0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 1]])
     )
     assert batch.terminated.sum() == 0
-    # Row 0's step 3 is the autoreset step: Gymnasium returned a reset observation with reward 0 there.
+    # Row 0's step 3 is the autoreset step: Gymnasium returned a reset observation with reward 0
+    # there.
     assert batch.rewards[0, 3] == 0.0
-    # Replaying row 0's actions in a single env from the same seed reaches the stored final observation.
+    # Replaying row 0's actions in a single env from the same seed reaches the stored final
+    # observation.
     env = gym.make("CartPole-v1", max_episode_steps=3)
     obs, _ = env.reset(seed=5)
     np.testing.assert_allclose(obs, batch.obs[0, 0].numpy())
@@ -179,7 +184,8 @@ def test_a_terminated_episode_ends_with_termination_and_no_bootstrap():
 
 @pytest.fixture(scope="module")
 def policy_and_fitted_baseline():
-    """A fixed (initial) policy and a baseline fitted on episodes *separate* from the ones tested."""
+    """A fixed (initial) policy and a baseline fitted on episodes *separate* from the ones
+    tested."""
     torch.manual_seed(0)
     policy, value = CategoricalPolicy(4, 2), ValueNetwork(4)
     envs, optimizer = make_envs("CartPole-v1", 16), torch.optim.Adam(value.parameters(), lr=1e-3)
@@ -214,7 +220,8 @@ def test_the_baseline_keeps_the_mean_gradient_and_cuts_its_variance(policy_and_f
 
 
 def test_an_action_dependent_baseline_shifts_the_mean(policy_and_fitted_baseline):
-    """The same check catches a "baseline" that looks at the action, b = 20 a: it is no longer unbiased."""
+    """The same check catches a "baseline" that looks at the action, b = 20 a: it is no longer
+    unbiased."""
     policy, _ = policy_and_fitted_baseline
     envs, differences = make_envs("CartPole-v1", 8), []
     for index in range(100):

@@ -1,4 +1,5 @@
-"""REINFORCE with a baseline learns CartPole-v1 with its tested preset: each seed is trained once."""
+"""REINFORCE with a baseline learns CartPole-v1 with its tested preset: each seed is trained
+once."""
 
 import pytest
 

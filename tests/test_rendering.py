@@ -25,7 +25,8 @@ def test_the_gif_holds_the_episode_and_the_return_is_the_episodes(tmp_path):
     assert record_gif("CartPole-v1", push_left, path, seed=4, every=1, width=120) == float(length)
     image = Image.open(path)
     assert image.size == (120, 80)
-    # the reset frame and one per step, 1/30 s each rounded to GIF's 10 ms (Pillow merges identical frames, adding durations)
+    # the reset frame and one per step, 1/30 s each rounded to GIF's 10 ms (Pillow merges identical
+    # frames, adding durations)
     assert total_duration(image) == (length + 1) * 30
 
 

@@ -1,4 +1,5 @@
-"""Fixed-length rollouts: the last observation carried across updates, truncation bootstrapped, termination not."""
+"""Fixed-length rollouts: the last observation carried across updates, truncation bootstrapped,
+termination not."""
 
 import gymnasium as gym
 import numpy as np
@@ -35,7 +36,8 @@ def test_shapes_and_the_observation_carried_across_collects():
 
 
 def test_rollout_replays_in_gymnasium_with_the_stored_actions():
-    """Step fresh Gymnasium envs, seeded alike, with the stored actions: same observations, rewards and ends."""
+    """Step fresh Gymnasium envs, seeded alike, with the stored actions: same observations, rewards
+    and ends."""
     collector, agent = collector_for(num_envs=2, num_steps=60, time_limit=25)
     rollout = collector.collect()
     envs = gym.vector.SyncVectorEnv(

@@ -1,4 +1,5 @@
-"""Checkpoints, exact resume, failures and the command line (rlkit.checkpoint, rlkit.runs, rlkit.cli)."""
+"""Checkpoints, exact resume, failures and the command line (rlkit.checkpoint, rlkit.runs,
+rlkit.cli)."""
 
 import csv
 import os
@@ -71,7 +72,8 @@ def weights(result):
 
 @pytest.mark.parametrize("name", SMALL)
 def test_resuming_from_a_checkpoint_gives_the_uninterrupted_run(name, tmp_path):
-    """Stop after 3 updates, save, rebuild from scratch, load, finish: the same history and weights, bit for bit."""
+    """Stop after 3 updates, save, rebuild from scratch, load, finish: the same history and weights,
+    bit for bit."""
     config, make = SMALL[name], trainer_of(name)
     uninterrupted = fit(make(config))
     assert len(uninterrupted.history) > 4
@@ -79,7 +81,8 @@ def test_resuming_from_a_checkpoint_gives_the_uninterrupted_run(name, tmp_path):
     for _ in range(3):
         first.run_update()
     save_checkpoint(first.state_dict(), tmp_path / "checkpoint.pt")
-    first.run_update()  # the interrupted process went on a little: the checkpoint must not depend on that
+    # the interrupted process went on a little: the checkpoint must not depend on that
+    first.run_update()
     first.close()
     resumed = make(config)
     resumed.load_state_dict(torch.load(tmp_path / "checkpoint.pt", weights_only=True))
@@ -92,7 +95,8 @@ def test_resuming_from_a_checkpoint_gives_the_uninterrupted_run(name, tmp_path):
 
 
 def test_a_resumed_run_differs_without_the_environment_state(tmp_path):
-    """The env state matters: restoring everything but the environments changes the curve (so the test above can fail)."""
+    """The env state matters: restoring everything but the environments changes the curve (so the
+    test above can fail)."""
     config = SMALL["ppo"]
     uninterrupted = fit(ppo.PPOTrainer(config))
     first = ppo.PPOTrainer(config)
@@ -147,7 +151,7 @@ def test_a_checkpoint_of_another_algorithm_is_refused(tmp_path):
         ppo.PPOTrainer(SMALL["ppo"]).load_state_dict(state)
 
 
-# Failures ----------------------------------------------------------------------------------------------
+# Failures -----------------------------------------------------------------------------------------
 
 
 def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
@@ -190,7 +194,8 @@ def test_a_run_whose_checkpoint_write_fails_stops_with_a_clear_error(tmp_path, m
 
 
 def test_a_loss_that_turns_nan_stops_the_run_naming_the_update_and_the_quantity(tmp_path):
-    """The env's reward turns NaN at its 300th step: the value loss is NaN in the update that trains on it."""
+    """The env's reward turns NaN at its 300th step: the value loss is NaN in the update that trains
+    on it."""
     config = ppo.PPOConfig(
         env_id="tests.crashing_env:rlkit-test/NaNRewardCartPole-v0",
         num_envs=1,
@@ -248,7 +253,7 @@ def test_resume_of_a_folder_without_a_run_is_refused(tmp_path):
         train_run("ppo", SMALL["ppo"], tmp_path, resume=True)
 
 
-# A real process, killed ------------------------------------------------------------------------------
+# A real process, killed ---------------------------------------------------------------------------
 
 
 def rlkit_command(*args):
@@ -256,7 +261,8 @@ def rlkit_command(*args):
 
 
 def run_until_first_checkpoint_then_kill(command, out: Path) -> int:
-    """Start ``command``, SIGKILL it as soon as its first checkpoint exists; the updates that checkpoint holds."""
+    """Start ``command``, SIGKILL it as soon as its first checkpoint exists; the updates that
+    checkpoint holds."""
     process = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -335,7 +341,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_result(
     )
 
 
-# The command line ------------------------------------------------------------------------------------
+# The command line ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))

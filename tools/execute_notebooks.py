@@ -1,17 +1,19 @@
-"""Execute the book's notebooks, several at a time, into the execution cache that the book build reads.
+"""Execute the book's notebooks, several at a time, into the execution cache that the book build
+reads.
 
-`jupyter-book build` (1.x) executes notebooks one after another. This script runs them first, each in a
-fresh kernel in its own folder, `--jobs` at a time, and stores each result the way myst-nb does (keyed by
-the notebook's code), so that the build that follows finds every notebook cached and executes none.
-Notebooks named with `--alone` need every core for themselves (Chapter 6 measures two-worker scaling):
-they run after the others, one at a time. A notebook whose code is already cached is not run again.
+`jupyter-book build` (1.x) executes notebooks one after another. This script runs them first, each
+in a fresh kernel in its own folder, `--jobs` at a time, and stores each result the way myst-nb does
+(keyed by the notebook's code), so that the build that follows finds every notebook cached and
+executes none. Notebooks named with `--alone` need every core for themselves (Chapter 6 measures
+two-worker scaling): they run after the others, one at a time. A notebook whose code is already
+cached is not run again.
 
-jupyter-cache's own parallel executor was not used: it gives each process a fixed chunk of notebooks,
-cannot run one alone, and exits 0 when a notebook fails. This script exits 1 and names every failure.
+jupyter-cache's own parallel executor was not used: it gives each process a fixed chunk of
+notebooks, cannot run one alone, and exits 0 when a notebook fails. This script exits 1 and names
+every failure.
 
-Usage:
-    python tools/execute_notebooks.py --cache _build/.jupyter_cache --alone ch06_actor_critic
-    python tools/execute_notebooks.py --no-cache notebooks/ch02_planning.ipynb   # run, store nothing
+Usage: python tools/execute_notebooks.py --cache _build/.jupyter_cache --alone ch06_actor_critic
+    python tools/execute_notebooks.py --no-cache notebooks/ch02_planning.ipynb # run, store nothing
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ TIMINGS = ROOT / "_build" / "notebook-seconds.json"  # last run's durations: the
 
 
 def execute(path: Path, timeout: int) -> tuple[Path, nbformat.NotebookNode, float, str | None]:
-    """Run one notebook top to bottom in a fresh kernel, in its own folder (as the book build does)."""
+    """Run one notebook top to bottom in a fresh kernel, in its own folder (as the book build
+    does)."""
     notebook = nbformat.read(path, as_version=4)
     result = single_nb_execution(
         notebook, cwd=str(path.parent), timeout=timeout, allow_errors=False
@@ -49,7 +52,8 @@ def longest_first(paths: list[Path]) -> list[Path]:
 
 
 def run(paths: list[Path], jobs: int, timeout: int, cache) -> dict[str, str]:
-    """Execute `paths` with `jobs` processes; cache each success; return {notebook: error} for failures."""
+    """Execute `paths` with `jobs` processes; cache each success; return {notebook: error} for
+    failures."""
     failures = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(execute, path, timeout) for path in longest_first(paths)]

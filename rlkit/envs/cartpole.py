@@ -1,12 +1,13 @@
 """CartPole-v1 for many copies at once: one set of NumPy array operations steps every copy.
 
 Gymnasium's ``SyncVectorEnv`` steps its copies one by one through three wrappers each; on a batch of
-eight that costs more than the policy network. This class is a ``gymnasium.vector.VectorEnv`` with the
-same transition function as Gymnasium's ``CartPoleEnv`` (Barto, Sutton & Anderson, 1983; explicit Euler,
-float64 state, float32 observations), the same termination, and ``TimeLimit``'s truncation at 500 steps,
-in SAME_STEP autoreset mode: a copy that ends is reset in the same ``step``, its last observation is in
-``info["final_obs"]``. ``tests/envs/test_cartpole.py`` compares it with Gymnasium's on 10,000 transitions.
-NumPy rather than torch: on eight copies each NumPy operation costs a fraction of a torch one.
+eight that costs more than the policy network. This class is a ``gymnasium.vector.VectorEnv`` with
+the same transition function as Gymnasium's ``CartPoleEnv`` (Barto, Sutton & Anderson, 1983;
+explicit Euler, float64 state, float32 observations), the same termination, and ``TimeLimit``'s
+truncation at 500 steps, in SAME_STEP autoreset mode: a copy that ends is reset in the same
+``step``, its last observation is in ``info["final_obs"]``. ``tests/envs/test_cartpole.py`` compares
+it with Gymnasium's on 10,000 transitions. NumPy rather than torch: on eight copies each NumPy
+operation costs a fraction of a torch one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ THETA_THRESHOLD = 12 * 2 * math.pi / 360
 
 
 def cartpole_dynamics(state: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """One Euler step of the cart-pole equations for ``[N, 4]`` states ``(x, x_dot, theta, theta_dot)``."""
+    """One Euler step of the cart-pole equations for ``[N, 4]`` states
+    ``(x, x_dot, theta, theta_dot)``."""
     x, x_dot, theta, theta_dot = state.T
     force = np.where(actions == 1, FORCE_MAG, -FORCE_MAG)
     cos_theta, sin_theta = np.cos(theta), np.sin(theta)

@@ -3,13 +3,14 @@
 A layout is a list of strings, one character per cell:
 
     ``.`` empty   ``#`` wall   ``S`` start   ``G`` goal   ``X`` trap   ``T`` plain terminal
-    ``A``/``B``   jump cells: every action moves to ``a``/``b`` with a bonus (Sutton & Barto Example 3.5)
+    ``A``/``B``   jump cells: every action moves to ``a``/``b`` with a bonus
+                  (Sutton & Barto Example 3.5)
 
-The state is the cell index ``row * n_cols + col`` (walls included, never visited). Actions are
-0 up, 1 right, 2 down, 3 left. Moving into a wall or off the grid leaves the agent in place with
-``bump_reward``. Every step earns ``step_reward`` plus the reward of the cell entered, if it is a terminal.
-The same layouts serve Chapters 1-3: Sutton & Barto's 4x4 (Example 4.1), 5x5 (Example 3.5) and the Dyna
-maze (Example 8.1), and the random walk of Example 6.2, are entries of ``LAYOUTS``.
+The state is the cell index ``row * n_cols + col`` (walls included, never visited). Actions are 0
+up, 1 right, 2 down, 3 left. Moving into a wall or off the grid leaves the agent in place with
+``bump_reward``. Every step earns ``step_reward`` plus the reward of the cell entered, if it is a
+terminal. The same layouts serve Chapters 1-3: Sutton & Barto's 4x4 (Example 4.1), 5x5 (Example 3.5)
+and the Dyna maze (Example 8.1), and the random walk of Example 6.2, are entries of ``LAYOUTS``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ CELL_PIXELS = 32
 
 @dataclass(frozen=True)
 class Layout:
-    """A gridworld's map and rewards. ``terminal_rewards`` maps a cell character to its entry reward."""
+    """A gridworld's map and rewards. ``terminal_rewards`` maps a cell character to its entry
+    reward."""
 
     rows: tuple[str, ...]
     step_reward: float = 0.0
@@ -93,7 +95,8 @@ LAYOUTS: dict[str, Layout] = {
 
 
 class GridWorld(gym.Env):
-    """A deterministic gridworld MDP as a gymnasium environment (registered as ``rlkit/GridWorld-v0``)."""
+    """A deterministic gridworld MDP as a gymnasium environment (registered as
+    ``rlkit/GridWorld-v0``)."""
 
     metadata = {"render_modes": ["rgb_array", "ansi"], "render_fps": 4}
 
@@ -106,7 +109,8 @@ class GridWorld(gym.Env):
             layout = LAYOUTS[layout]
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
-                f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}"
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got "
+                f"{render_mode!r}"
             )
         self.layout = layout
         self.render_mode = render_mode
@@ -146,7 +150,8 @@ class GridWorld(gym.Env):
         return int(new_row * self.shape[1] + new_col), self.layout.step_reward + bonus
 
     def _tabulate(self) -> tuple[np.ndarray, np.ndarray]:
-        """The model as arrays: ``P[s, a, s']`` and expected reward ``R[s, a]``; terminals and walls absorb with 0."""
+        """The model as arrays: ``P[s, a, s']`` and expected reward ``R[s, a]``; terminals and walls
+        absorb with 0."""
         n_actions = len(MOVES)
         P = np.zeros((self.n_states, n_actions, self.n_states))
         R = np.zeros((self.n_states, n_actions))
@@ -161,7 +166,8 @@ class GridWorld(gym.Env):
         return P, R
 
     def model(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(P, R, terminal)``: the known model that planning (Chapter 2) and the exact solve use."""
+        """``(P, R, terminal)``: the known model that planning (Chapter 2) and the exact solve
+        use."""
         return self._P.copy(), self._R.copy(), self.terminal | self.walls
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -172,7 +178,8 @@ class GridWorld(gym.Env):
         else:
             if not (0 <= int(start) < self.n_states) or self.walls[int(start)]:
                 raise ValueError(
-                    f"options['start_state'] must be a non-wall state in [0, {self.n_states}), got {start!r}"
+                    f"options['start_state'] must be a non-wall state in [0, {self.n_states}), "
+                    f"got {start!r}"
                 )
             self.state = int(start)
         return self.state, {}

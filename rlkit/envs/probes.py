@@ -1,24 +1,27 @@
-"""Probe environments: five tiny tasks whose exact answers are known, for debugging deep RL (Jones, 2021).
+"""Probe environments: five tiny tasks whose exact answers are known, for debugging deep RL (Jones,
+2021).
 
-Each probe isolates one part of an agent. Run them in order: a failure on probe k, after probes 1 to k - 1
-passed, points at the part that probe k adds.
+Each probe isolates one part of an agent. Run them in order: a failure on probe k, after probes 1 to
+k - 1 passed, points at the part that probe k adds.
 
-1. ``ProbeConstantReward``: one action, one step, observation 0, reward +1. ``V = 1``: the value loss and target.
-2. ``ProbeObservationReward``: one action, one step, observation -1 or +1 at random, reward = observation.
-   ``V(o) = o``: the value network uses its input.
+1. ``ProbeConstantReward``: one action, one step, observation 0, reward +1. ``V = 1``: the value
+   loss and target.
+2. ``ProbeObservationReward``: one action, one step, observation -1 or +1 at random, reward =
+   observation. ``V(o) = o``: the value network uses its input.
 3. ``ProbeDelayedReward``: one action, two steps, observation 0 then 1, reward 0 then +1.
    ``V(0) = gamma``, ``V(1) = 1``: discounting and bootstrapping.
-4. ``ProbeActionReward``: two actions, one step, observation 0, reward -1 for action 0 and +1 for action 1.
-   ``Q = (-1, +1)``, best action 1: the policy gradient (or Q's argmax).
-5. ``ProbeActionObservationReward``: two actions, one step, observation -1 or +1 at random, reward +1 when the
-   action matches the observation's sign (action 1 for +1, action 0 for -1), else -1. ``Q(-1) = (+1, -1)``,
-   ``Q(+1) = (-1, +1)``: the policy uses its input.
+4. ``ProbeActionReward``: two actions, one step, observation 0, reward -1 for action 0 and +1 for
+   action 1. ``Q = (-1, +1)``, best action 1: the policy gradient (or Q's argmax).
+5. ``ProbeActionObservationReward``: two actions, one step, observation -1 or +1 at random, reward
+   +1 when the action matches the observation's sign (action 1 for +1, action 0 for -1), else -1.
+   ``Q(-1) = (+1, -1)``, ``Q(+1) = (-1, +1)``: the policy uses its input.
 
-Every episode ends by *termination*, never by truncation, so nothing is ever bootstrapped after its last
-step. The observation returned with the last step repeats the last one seen, so an agent that wrongly
-bootstraps across the end finds a value of ``r / (1 - gamma)``, far from the reference. Rewards are a function
-of the observation and the action alone (``reward``), and since every probe with two actions lasts one step,
-``Q^pi = Q*`` for every policy: the value of any policy follows from ``q_values``.
+Every episode ends by *termination*, never by truncation, so nothing is ever bootstrapped after its
+last step. The observation returned with the last step repeats the last one seen, so an agent that
+wrongly bootstraps across the end finds a value of ``r / (1 - gamma)``, far from the reference.
+Rewards are a function of the observation and the action alone (``reward``), and since every probe
+with two actions lasts one step, ``Q^pi = Q*`` for every policy: the value of any policy follows
+from ``q_values``.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ import numpy as np
 
 
 class ProbeEnv(gym.Env):
-    """What the five probes share: ``Box(-1, 1, (1,))`` float32 observations, ``Discrete(n_actions)`` actions,
-    episodes of ``horizon`` steps that end by termination, and the exact references as class methods.
+    """What the five probes share: ``Box(-1, 1, (1,))`` float32 observations,
+    ``Discrete(n_actions)`` actions, episodes of ``horizon`` steps that end by termination, and the
+    exact references as class methods.
 
-    The per-episode state is three plain attributes, ``t`` (steps taken), ``obs`` (the current observation)
-    and ``done``, plus Gymnasium's ``np_random``, so that a checkpoint can save and restore it.
+    The per-episode state is three plain attributes, ``t`` (steps taken), ``obs`` (the current
+    observation) and ``done``, plus Gymnasium's ``np_random``, so that a checkpoint can save and
+    restore it.
     """
 
     metadata = {"render_modes": []}
@@ -51,12 +56,14 @@ class ProbeEnv(gym.Env):
         return 0.0
 
     def next_observation(self) -> float:
-        """The observation after a step that did not end the episode (only the two-step probe has one)."""
+        """The observation after a step that did not end the episode (only the two-step probe has
+        one)."""
         raise NotImplementedError
 
     @staticmethod
     def reward(obs, action):
-        """The reward of ``action`` at observation ``obs`` (its one number); also elementwise, on arrays."""
+        """The reward of ``action`` at observation ``obs`` (its one number); also elementwise, on
+        arrays."""
         return 1.0
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -86,7 +93,8 @@ class ProbeEnv(gym.Env):
 
     @classmethod
     def q_values(cls, obs: np.ndarray, gamma: float) -> np.ndarray:
-        """Exact ``Q(s, a)``, ``[..., n_actions]``, for observations ``[..., 1]``; the same for every policy."""
+        """Exact ``Q(s, a)``, ``[..., n_actions]``, for observations ``[..., 1]``; the same for
+        every policy."""
         o = np.asarray(obs, dtype=np.float64)[..., 0]
         return np.stack(
             [
@@ -103,12 +111,14 @@ class ProbeEnv(gym.Env):
 
     @classmethod
     def policy_values(cls, obs: np.ndarray, action_probs: np.ndarray, gamma: float) -> np.ndarray:
-        """Exact ``V^pi(s) = sum_a pi(a|s) Q(s, a)`` of a policy given by its probabilities ``[..., n_actions]``."""
+        """Exact ``V^pi(s) = sum_a pi(a|s) Q(s, a)`` of a policy given by its probabilities
+        ``[..., n_actions]``."""
         return (np.asarray(action_probs, dtype=np.float64) * cls.q_values(obs, gamma)).sum(axis=-1)
 
     @classmethod
     def optimal_actions(cls, obs: np.ndarray) -> np.ndarray:
-        """The best action at each observation, ``[...]`` (ties cannot happen: the rewards differ by 2)."""
+        """The best action at each observation, ``[...]`` (ties cannot happen: the rewards differ by
+        2)."""
         return cls.q_values(obs, gamma=1.0).argmax(axis=-1)
 
 
@@ -122,10 +132,14 @@ class ProbeConstantReward(ProbeEnv):
 
 
 class ProbeObservationReward(ProbeEnv):
-    """Probe 2: one action, one step, observation -1 or +1 at random, reward equal to the observation."""
+    """Probe 2: one action, one step, observation -1 or +1 at random, reward equal to the
+    observation."""
 
     OBSERVATIONS = (-1.0, 1.0)
-    checks = "that the value network uses its input (and the batching keeps observations with their rewards)"
+    checks = (
+        "that the value network uses its input (and the batching keeps observations with "
+        "their rewards)"
+    )
     expected = "V(-1) = -1, V(+1) = +1"
 
     def first_observation(self) -> float:
@@ -173,8 +187,8 @@ class ProbeActionReward(ProbeEnv):
 
 
 class ProbeActionObservationReward(ProbeEnv):
-    """Probe 5: two actions, one step, observation -1 or +1 at random, reward +1 when the action matches the
-    observation's sign (action 1 for +1, action 0 for -1), else -1."""
+    """Probe 5: two actions, one step, observation -1 or +1 at random, reward +1 when the action
+    matches the observation's sign (action 1 for +1, action 0 for -1), else -1."""
 
     n_actions = 2
     OBSERVATIONS = (-1.0, 1.0)
@@ -189,8 +203,9 @@ class ProbeActionObservationReward(ProbeEnv):
         return np.where((action == 1) == (obs > 0), 1.0, -1.0)
 
 
-# The registered id of each probe, in the order to run them; the class holds ``checks``, ``expected`` and the
-# exact references (``q_values``, ``expected_values``, ``policy_values``, ``optimal_actions``).
+# The registered id of each probe, in the order to run them; the class holds ``checks``,
+# ``expected`` and the exact references (``q_values``, ``expected_values``, ``policy_values``,
+# ``optimal_actions``).
 PROBES: dict[str, type[ProbeEnv]] = {
     "rlkit/ProbeConstantReward-v0": ProbeConstantReward,
     "rlkit/ProbeObservationReward-v0": ProbeObservationReward,
@@ -209,12 +224,14 @@ def probe_failures(
     value_tol: float = 0.1,
     min_prob: float = 0.9,
 ) -> list[str]:
-    """Compare an agent's predictions with a probe's exact answers; one line per failure (empty: it passed).
+    """Compare an agent's predictions with a probe's exact answers; one line per failure (empty: it
+    passed).
 
-    Each prediction is evaluated at ``PROBES[env_id].observations()``: ``values`` ``[N]`` (a critic's V),
-    ``q_values`` ``[N, n_actions]``, ``action_probs`` ``[N, n_actions]`` (the policy). ``values`` is compared
-    with the value of the agent's own policy when ``action_probs`` is given (what a critic estimates), with
-    ``V*`` otherwise; ``q_values`` with the exact Q; a policy must give the best action more than ``min_prob``.
+    Each prediction is evaluated at ``PROBES[env_id].observations()``: ``values`` ``[N]`` (a
+    critic's V), ``q_values`` ``[N, n_actions]``, ``action_probs`` ``[N, n_actions]`` (the policy).
+    ``values`` is compared with the value of the agent's own policy when ``action_probs`` is given
+    (what a critic estimates), with ``V*`` otherwise; ``q_values`` with the exact Q; a policy must
+    give the best action more than ``min_prob``.
     """
     if env_id not in PROBES:
         raise ValueError(f"env_id must be one of {sorted(PROBES)}, got {env_id!r}")
@@ -248,6 +265,7 @@ def probe_failures(
             if not probs[i, action] > min_prob:
                 failures.append(
                     f"{env_id}: pi(best action {action} | observation {obs[i, 0]:+g}) is "
-                    f"{probs[i, action]:.3f}, expected > {min_prob}; this probe checks {probe.checks}"
+                    f"{probs[i, action]:.3f}, expected > {min_prob}; this probe checks "
+                    f"{probe.checks}"
                 )
     return failures

@@ -1,4 +1,5 @@
-"""A finite MDP as arrays: what planning (Chapter 2) needs, and what model-free methods (Chapter 3) never see."""
+"""A finite MDP as arrays: what planning (Chapter 2) needs, and what model-free methods (Chapter 3)
+never see."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class TabularMDP:
             )
         if self.terminal.shape != (n_states,) or self.terminal.dtype != bool:
             raise ValueError(
-                f"terminal must be a boolean array of shape ({n_states},), got {self.terminal.dtype} {self.terminal.shape}"
+                f"terminal must be a boolean array of shape ({n_states},), got "
+                f"{self.terminal.dtype} {self.terminal.shape}"
             )
 
     @property
@@ -51,8 +53,9 @@ class TabularMDP:
         """The model of a gymnasium environment that publishes one.
 
         rlkit's gridworlds publish ``model()``; gymnasium's toy-text environments (FrozenLake-v1,
-        CliffWalking-v1, Taxi-v4) publish ``P[s][a] = [(prob, next_state, reward, terminated), ...]``.
-        A state is terminal when the transitions into it terminate.
+        CliffWalking-v1, Taxi-v4) publish
+        ``P[s][a] = [(prob, next_state, reward, terminated), ...]``. A state is terminal when the
+        transitions into it terminate.
         """
         env = env.unwrapped
         check_discrete(env)
@@ -62,7 +65,8 @@ class TabularMDP:
         table = getattr(env, "P", None)
         if not isinstance(table, dict):
             raise ValueError(
-                f"{type(env).__name__} publishes no model: expected a toy-text P table or a model() method"
+                f"{type(env).__name__} publishes no model: expected a toy-text P table or a "
+                "model() method"
             )
         shape = getattr(env, "shape", None) or (
             (env.nrow, env.ncol) if hasattr(env, "nrow") else None
@@ -95,10 +99,11 @@ class TabularMDP:
 
 
 def _check_termination_is_a_property_of_states(P, terminates, terminal, initial) -> None:
-    """An array model marks states terminal, so every transition into a terminal state must terminate.
+    """An array model marks states terminal, so every transition into a terminal state must
+    terminate.
 
-    Only transitions from states reachable from the start distribution count: Taxi's table also moves
-    the taxi around after the passenger was delivered, from states an episode never reaches.
+    Only transitions from states reachable from the start distribution count: Taxi's table also
+    moves the taxi around after the passenger was delivered, from states an episode never reaches.
     """
     reachable = (
         np.zeros(len(terminal), dtype=bool)

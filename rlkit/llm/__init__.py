@@ -1,4 +1,5 @@
-"""Language models as policies (Part III): tokenizer, tasks, models, generation, SFT and reward models.
+"""Language models as policies (Part III): tokenizer, tasks, models, generation, SFT and reward
+models.
 
 Needs the ``llm`` extra (``pip install -e ".[llm]"``): transformers, tokenizers and safetensors.
 """

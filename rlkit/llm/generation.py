@@ -1,12 +1,13 @@
-"""Sampling responses from a language-model policy, and the log-probabilities RL needs, in one layout.
+"""Sampling responses from a language-model policy, and the log-probabilities RL needs, in one
+layout.
 
 Prompts are left-padded, so that every prompt ends at the same position and generation continues all
 of them in step; responses are kept apart from prompts (DESIGN.md's response-only layout):
 
 - ``response_ids[:, t]``: response token t, right-padded;
 - ``response_mask[:, t] = 1`` for the tokens up to and including the first EOS (eq-response-mask);
-- ``logprobs[:, t] = log softmax(logits / temperature)[response_ids[:, t]]``, where the logits are those
-  at the position *before* token t (eq-response-logprob).
+- ``logprobs[:, t] = log softmax(logits / temperature)[response_ids[:, t]]``, where the logits are
+  those at the position *before* token t (eq-response-logprob).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from rlkit.training import is_count, is_finite_number, require
 
 @dataclass
 class PromptBatch:
-    """Left-padded prompts: ``input_ids``, ``attention_mask`` (1 on real tokens), ``position_ids`` (0 at each first real token)."""
+    """Left-padded prompts: ``input_ids``, ``attention_mask`` (1 on real tokens), ``position_ids``
+    (0 at each first real token)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -53,7 +55,8 @@ def left_pad(
 def right_pad(
     sequences: list[list[int]], pad_id: int, device: str | torch.device = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token lists into ``(input_ids, attention_mask)``: the layout for training and for scoring."""
+    """Right-pad token lists into ``(input_ids, attention_mask)``: the layout for training and for
+    scoring."""
     require(len(sequences) > 0, "sequences", "a non-empty list", sequences)
     width = max(len(sequence) for sequence in sequences)
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -65,14 +68,16 @@ def right_pad(
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that start at 0 on each row's first real token (padding gets 0: it is never attended to)."""
+    """Position ids that start at 0 on each row's first real token (padding gets 0: it is never
+    attended to)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def encode_prompts(
     tokenizer, prompts: list[str], model: PreTrainedModel | None = None, max_new_tokens: int = 0
 ) -> PromptBatch:
-    """Tokenize ``prompts`` (with BOS) and left-pad them; a prompt too long for the model's context is an error."""
+    """Tokenize ``prompts`` (with BOS) and left-pad them; a prompt too long for the model's context
+    is an error."""
     require(
         isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts),
         "prompts",
@@ -95,7 +100,8 @@ def encode_prompts(
 def response_mask(response_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """1 for each token up to and including the first EOS of its row, 0 after it (eq-response-mask).
 
-    A row without EOS (the response hit ``max_new_tokens``) is valid throughout: it was truncated, not ended.
+    A row without EOS (the response hit ``max_new_tokens``) is valid throughout: it was truncated,
+    not ended.
     """
     is_eos = (response_ids == eos_id).long()
     eos_before = is_eos.cumsum(-1) - is_eos  # how many EOS tokens come strictly before slot t
@@ -104,7 +110,8 @@ def response_mask(response_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
 
 @dataclass
 class Rollout:
-    """Sampled responses to a batch of prompts, in the response-only layout (``[B, T_resp]`` tensors)."""
+    """Sampled responses to a batch of prompts, in the response-only layout (``[B, T_resp]``
+    tensors)."""
 
     prompts: PromptBatch
     response_ids: torch.Tensor
@@ -116,8 +123,9 @@ class Rollout:
     def texts(self, tokenizer) -> list[str]:
         """Each response decoded up to (not including) its first EOS.
 
-        Other special tokens the policy sampled stay in the text (as ``<pad>``, ``<unk>``...): skipping them
-        would turn "012<pad>348" into a correct "012348", a reward that RL would learn to collect.
+        Other special tokens the policy sampled stay in the text (as ``<pad>``, ``<unk>``...):
+        skipping them would turn "012<pad>348" into a correct "012348", a reward that RL would learn
+        to collect.
         """
         texts = []
         for ids, mask in zip(self.response_ids.cpu(), self.response_mask.cpu()):
@@ -129,7 +137,8 @@ class Rollout:
 
 
 def sequence_layout(prompts: PromptBatch, response_ids: torch.Tensor, response_mask: torch.Tensor):
-    """Prompt and response as one batch for a forward pass: ``(input_ids, attention_mask, position_ids)``."""
+    """Prompt and response as one batch for a forward pass:
+    ``(input_ids, attention_mask, position_ids)``."""
     input_ids = torch.cat([prompts.input_ids, response_ids], dim=1)
     attention_mask = torch.cat(
         [prompts.attention_mask, response_mask.to(prompts.attention_mask.dtype)], dim=1
@@ -143,10 +152,11 @@ def response_logits(
     response_ids: torch.Tensor,
     response_mask: torch.Tensor,
 ) -> torch.Tensor:
-    """The logits that predict each response token: those at the position one before it, ``[B, T_resp, V]``.
+    """The logits that predict each response token: those at the position one before it,
+    ``[B, T_resp, V]``.
 
-    Only the last ``T_resp + 1`` columns go through the output layer: nothing reads the prompt columns' logits,
-    a share P / (P + T_resp) of the whole, which at a real vocabulary is gigabytes.
+    Only the last ``T_resp + 1`` columns go through the output layer: nothing reads the prompt
+    columns' logits, a share P / (P + T_resp) of the whole, which at a real vocabulary is gigabytes.
     """
     input_ids, attention_mask, position_ids = sequence_layout(prompts, response_ids, response_mask)
     kept = response_ids.shape[1] + 1  # the prompt's last column, then every response column
@@ -157,9 +167,10 @@ def response_logits(
 
 
 def last_logits(model: PreTrainedModel, kept: int, **inputs) -> torch.Tensor:
-    """The logits of the last ``kept`` columns, ``[B, kept, V]``, through ``logits_to_keep`` where the model's
-    forward names it (Llama, Qwen2, GPT-2 and nearly every causal LM in ``transformers``). A forward that does
-    not (custom code, or a wrapper such as ``torch.compile``'s or DDP's) computes every column, then sliced."""
+    """The logits of the last ``kept`` columns, ``[B, kept, V]``, through ``logits_to_keep`` where
+    the model's forward names it (Llama, Qwen2, GPT-2 and nearly every causal LM in
+    ``transformers``). A forward that does not (custom code, or a wrapper such as
+    ``torch.compile``'s or DDP's) computes every column, then sliced."""
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
         # the slice: in case it is ignored
         return model(**inputs, logits_to_keep=kept).logits[:, -kept:]
@@ -173,10 +184,12 @@ def response_logprobs(
     response_mask: torch.Tensor,
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """``log pi(response_t | prompt, response_<t)`` at ``temperature`` (eq-response-logprob), 0 where masked.
+    """``log pi(response_t | prompt, response_<t)`` at ``temperature`` (eq-response-logprob), 0
+    where masked.
 
-    The log-softmax runs in float32 whatever the model's dtype: over a large vocabulary, bf16 would lose the
-    small differences that a probability ratio is made of (the logits themselves keep the model's precision).
+    The log-softmax runs in float32 whatever the model's dtype: over a large vocabulary, bf16 would
+    lose the small differences that a probability ratio is made of (the logits themselves keep the
+    model's precision).
     """
     require(
         is_finite_number(temperature) and temperature > 0,
@@ -200,9 +213,9 @@ def sampling_config(
 ) -> GenerationConfig:
     """A complete ``GenerationConfig`` for plain sampling at ``temperature`` (or greedy decoding).
 
-    ``generate_without_model_defaults`` keeps a released model's own generation defaults (top_k = 20,
-    repetition_penalty = 1.1, ...) out of it. ``return_logits`` keeps generate's raw logits, ``[B, V]`` per
-    step: for checks only, since at a real vocabulary size they are gigabytes.
+    ``generate_without_model_defaults`` keeps a released model's own generation defaults (top_k =
+    20, repetition_penalty = 1.1, ...) out of it. ``return_logits`` keeps generate's raw logits,
+    ``[B, V]`` per step: for checks only, since at a real vocabulary size they are gigabytes.
     """
     require(is_count(max_new_tokens), "max_new_tokens", "an integer >= 1", max_new_tokens)
     require(
@@ -236,9 +249,10 @@ def sampling_config(
 def generate_without_model_defaults(
     model: PreTrainedModel, prompts: PromptBatch, config: GenerationConfig
 ):
-    """``model.generate`` with exactly ``config``: Hugging Face fills every setting a config leaves unset from the
-    model's own ``generation_config``, so the model's is swapped out for the call (and the model put in eval mode:
-    dropout would make the samples and their log-probabilities disagree)."""
+    """``model.generate`` with exactly ``config``: Hugging Face fills every setting a config leaves
+    unset from the model's own ``generation_config``, so the model's is swapped out for the call
+    (and the model put in eval mode: dropout would make the samples and their log-probabilities
+    disagree)."""
     saved, was_training = model.generation_config, model.training
     model.generation_config = config
     model.eval()
@@ -264,12 +278,14 @@ def generate(
     top_p: float | None = None,
     greedy: bool = False,
 ) -> Rollout:
-    """Sample one response per prompt with ``model.generate`` (KV cache), and score it in the RL layout.
+    """Sample one response per prompt with ``model.generate`` (KV cache), and score it in the RL
+    layout.
 
-    Sampling draws from torch's global generator: seed it (``torch.manual_seed``) for the same samples.
-    The log-probs come from a second forward pass over prompt and response (``response_logprobs``), the
-    same computation the training loss does, so the policy ratio starts at exactly 1. With ``top_k`` or
-    ``top_p`` the tokens were sampled from a truncated distribution that these log-probs do not describe.
+    Sampling draws from torch's global generator: seed it (``torch.manual_seed``) for the same
+    samples. The log-probs come from a second forward pass over prompt and response
+    (``response_logprobs``), the same computation the training loss does, so the policy ratio starts
+    at exactly 1. With ``top_k`` or ``top_p`` the tokens were sampled from a truncated distribution
+    that these log-probs do not describe.
     """
     prompt_batch = encode_prompts(tokenizer, prompts, model, max_new_tokens)
     config = sampling_config(tokenizer, max_new_tokens, temperature, top_k, top_p, greedy)

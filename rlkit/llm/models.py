@@ -1,7 +1,7 @@
 """Language models as policies, critics and reward models: real ``transformers`` models.
 
-The toy models are built from a config (nothing downloads); ``load_causal_lm`` loads any causal LM by
-name or path with the same code, so a chapter that fine-tunes a 0.1M-parameter model on a laptop
+The toy models are built from a config (nothing downloads); ``load_causal_lm`` loads any causal LM
+by name or path with the same code, so a chapter that fine-tunes a 0.1M-parameter model on a laptop
 fine-tunes a released checkpoint on a GPU.
 """
 
@@ -31,8 +31,8 @@ from rlkit.training import is_count, require, require_device
 
 FAMILIES = ("llama", "qwen2", "gpt2")
 
-# Saving or loading a 0.1M-parameter model draws two progress bars per call: noise in a notebook's output.
-# transformers.utils.logging.enable_progress_bar() brings them back for big checkpoints.
+# Saving or loading a 0.1M-parameter model draws two progress bars per call: noise in a notebook's
+# output. transformers.utils.logging.enable_progress_bar() brings them back for big checkpoints.
 hf_logging.disable_progress_bar()
 
 
@@ -45,10 +45,12 @@ def tiny_config(
     intermediate_size: int | None = None,
     max_positions: int = 64,
 ) -> PretrainedConfig:
-    """The config of a small decoder-only transformer whose vocabulary and special ids are the tokenizer's.
+    """The config of a small decoder-only transformer whose vocabulary and special ids are the
+    tokenizer's.
 
-    ``family`` picks the architecture: ``"llama"`` or ``"qwen2"`` (rotary positions, RMSNorm, SwiGLU) or
-    ``"gpt2"`` (learned positions, LayerNorm, GELU). The defaults give about 0.1M parameters.
+    ``family`` picks the architecture: ``"llama"`` or ``"qwen2"`` (rotary positions, RMSNorm,
+    SwiGLU) or ``"gpt2"`` (learned positions, LayerNorm, GELU). The defaults give about 0.1M
+    parameters.
     """
     require(family in FAMILIES, "family", f"one of {FAMILIES}", family)
     for name, value in (
@@ -97,7 +99,8 @@ def tiny_config(
 
 
 def build_causal_lm(config: PretrainedConfig, seed: int = 0) -> PreTrainedModel:
-    """A freshly initialised causal LM (``AutoModelForCausalLM.from_config``), the same weights for the same seed."""
+    """A freshly initialised causal LM (``AutoModelForCausalLM.from_config``), the same weights for
+    the same seed."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(config)
@@ -109,10 +112,11 @@ def load_causal_lm(
     device: str = "cpu",
     trust_remote_code: bool = False,
 ) -> PreTrainedModel:
-    """Any causal LM by hub name or local folder (a ``save_pretrained`` output), on ``device`` in ``dtype``.
+    """Any causal LM by hub name or local folder (a ``save_pretrained`` output), on ``device`` in
+    ``dtype``.
 
-    ``trust_remote_code`` stays False unless you have read the model's code: True runs Python from the
-    model's repository on your machine.
+    ``trust_remote_code`` stays False unless you have read the model's code: True runs Python from
+    the model's repository on your machine.
     """
     require_device(device)
     return AutoModelForCausalLM.from_pretrained(
@@ -139,14 +143,16 @@ def count_parameters(model: nn.Module) -> int:
 class ValueHeadModel(nn.Module):
     """A critic: a transformer backbone and a linear head giving one value per position.
 
-    ``values[:, i]`` estimates the return from the state "everything up to and including token i". The
-    backbone is usually a copy of the policy's or the reward model's (``from_pretrained_model``).
+    ``values[:, i]`` estimates the return from the state "everything up to and including token i".
+    The backbone is usually a copy of the policy's or the reward model's
+    (``from_pretrained_model``).
     """
 
     def __init__(self, backbone: PreTrainedModel):
         super().__init__()
         self.backbone = backbone
-        # float32 whatever the backbone's dtype: values are regression targets, and bf16 rounds them coarsely
+        # float32 whatever the backbone's dtype: values are regression targets, and bf16 rounds them
+        # coarsely
         self.value_head = nn.Linear(
             backbone.config.get_text_config().hidden_size, 1, device=backbone.device
         )
@@ -156,7 +162,8 @@ class ValueHeadModel(nn.Module):
 
     @classmethod
     def from_pretrained_model(cls, model: PreTrainedModel) -> ValueHeadModel:
-        """A critic whose backbone is a copy of ``model``'s transformer (its head, LM or score, is dropped)."""
+        """A critic whose backbone is a copy of ``model``'s transformer (its head, LM or score, is
+        dropped)."""
         backbone = AutoModel.from_config(model.config)
         backbone.load_state_dict(model.base_model.state_dict())
         # the head is made on the backbone's device, in float32
@@ -195,18 +202,20 @@ class ValueHeadModel(nn.Module):
 
 
 def require_reward_model_config(config: PretrainedConfig) -> None:
-    """A reward model reads its score at the last non-pad token, so its config needs a pad id, and not EOS's."""
+    """A reward model reads its score at the last non-pad token, so its config needs a pad id, and
+    not EOS's."""
     text = config.get_text_config()
     if text.pad_token_id is None:
         raise ValueError(
             f"the reward model's config has pad_token_id = None ({type(config).__name__}): "
-            "AutoModelForSequenceClassification finds the last token of each padded sequence through it; "
-            "set config.pad_token_id = tokenizer.pad_token_id"
+            "AutoModelForSequenceClassification finds the last token of each padded sequence "
+            "through it; set config.pad_token_id = tokenizer.pad_token_id"
         )
     if text.pad_token_id == text.eos_token_id:
         raise ValueError(
-            f"the reward model's config has pad_token_id = eos_token_id = {text.pad_token_id}: the reward "
-            "would be read before the EOS that ends each response; give the tokenizer a distinct pad token"
+            f"the reward model's config has pad_token_id = eos_token_id = {text.pad_token_id}: "
+            "the reward would be read before the EOS that ends each response; give the tokenizer "
+            "a distinct pad token"
         )
     require(
         getattr(config, "num_labels", 1) == 1,
@@ -217,7 +226,8 @@ def require_reward_model_config(config: PretrainedConfig) -> None:
 
 
 def build_reward_model(config: PretrainedConfig, seed: int = 0) -> PreTrainedModel:
-    """A freshly initialised reward model: a transformer with a one-output score head (``num_labels = 1``)."""
+    """A freshly initialised reward model: a transformer with a one-output score head
+    (``num_labels = 1``)."""
     settings = {
         key: value for key, value in config.to_dict().items() if key not in ("id2label", "label2id")
     }
@@ -229,8 +239,8 @@ def build_reward_model(config: PretrainedConfig, seed: int = 0) -> PreTrainedMod
 
 
 def reward_model_from_causal_lm(model: PreTrainedModel, seed: int = 0) -> PreTrainedModel:
-    """A reward model whose transformer is a copy of ``model``'s (an SFT model, say) and whose head is new
-    (initialised from ``seed``)."""
+    """A reward model whose transformer is a copy of ``model``'s (an SFT model, say) and whose head
+    is new (initialised from ``seed``)."""
     reward_model = build_reward_model(model.config, seed)
     reward_model.base_model.load_state_dict(model.base_model.state_dict())
     return reward_model.to(model.device, model.dtype)
@@ -242,7 +252,8 @@ def load_reward_model(
     device: str = "cpu",
     trust_remote_code: bool = False,
 ) -> PreTrainedModel:
-    """A reward model saved with ``save_pretrained`` (or a hub name), checked to read its score correctly."""
+    """A reward model saved with ``save_pretrained`` (or a hub name), checked to read its score
+    correctly."""
     require_device(device)
     config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     require_reward_model_config(config)
@@ -252,10 +263,12 @@ def load_reward_model(
 
 
 def require_matching_pad(model: PreTrainedModel, tokenizer) -> None:
-    """The reward is read through ``config.pad_token_id``; batches are padded with the tokenizer's: they must agree."""
+    """The reward is read through ``config.pad_token_id``; batches are padded with the tokenizer's:
+    they must agree."""
     if model.config.get_text_config().pad_token_id != tokenizer.pad_token_id:
         raise ValueError(
-            f"the reward model's config.pad_token_id ({model.config.get_text_config().pad_token_id}) differs "
-            f"from tokenizer.pad_token_id ({tokenizer.pad_token_id}): the reward would be read at a pad "
-            "position; set config.pad_token_id = tokenizer.pad_token_id"
+            "the reward model's config.pad_token_id "
+            f"({model.config.get_text_config().pad_token_id}) differs from tokenizer.pad_token_id "
+            f"({tokenizer.pad_token_id}): the reward would be read at a pad position; set "
+            "config.pad_token_id = tokenizer.pad_token_id"
         )

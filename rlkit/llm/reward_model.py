@@ -1,9 +1,9 @@
 """Reward models learned from pairwise preferences (Bradley-Terry), and how to read them correctly.
 
 A reward model is a transformer with a one-output head; ``r(x, y)`` is that output at the last real
-token of ``<bos> prompt completion <eos>`` (the EOS), so the whole response has been seen. Trained on
-pairs ``(x, y_w, y_l)`` where a labeller preferred ``y_w``, it maximises the Bradley-Terry likelihood
-P(y_w > y_l | x) = sigmoid(r(x, y_w) - r(x, y_l)) (eq-bradley-terry, eq-bt-loss).
+token of ``<bos> prompt completion <eos>`` (the EOS), so the whole response has been seen. Trained
+on pairs ``(x, y_w, y_l)`` where a labeller preferred ``y_w``, it maximises the Bradley-Terry
+likelihood P(y_w > y_l | x) = sigmoid(r(x, y_w) - r(x, y_l)) (eq-bradley-terry, eq-bt-loss).
 """
 
 from __future__ import annotations
@@ -48,15 +48,17 @@ def bradley_terry_loss(
     rejected_rewards: torch.Tensor,
     margin: torch.Tensor | float | None = None,
 ) -> torch.Tensor:
-    """``mean(-log sigmoid(r_w - r_l - margin))`` (eq-bt-loss); log 2 when the two rewards are equal.
+    """``mean(-log sigmoid(r_w - r_l - margin))`` (eq-bt-loss); log 2 when the two rewards are
+    equal.
 
     ``margin`` (Llama 2's) asks the chosen reward to win by at least that much: larger for pairs a
-    labeller found clearly different. ``logsigmoid`` stays finite where ``log(sigmoid(.))`` underflows.
+    labeller found clearly different. ``logsigmoid`` stays finite where ``log(sigmoid(.))``
+    underflows.
     """
     if chosen_rewards.shape != rejected_rewards.shape:
         raise ValueError(
-            f"chosen_rewards and rejected_rewards must have one shape, got {tuple(chosen_rewards.shape)} "
-            f"and {tuple(rejected_rewards.shape)}"
+            "chosen_rewards and rejected_rewards must have one shape, got "
+            f"{tuple(chosen_rewards.shape)} and {tuple(rejected_rewards.shape)}"
         )
     difference = chosen_rewards - rejected_rewards
     if margin is not None:
@@ -89,7 +91,8 @@ def scoring_batch(
 
 
 def sequence_rewards(reward_model: PreTrainedModel, batch: ScoredBatch) -> torch.Tensor:
-    """``r(x, y)`` per row, ``[B]``: the score head at each row's last non-pad token (Hugging Face's pooling)."""
+    """``r(x, y)`` per row, ``[B]``: the score head at each row's last non-pad token (Hugging Face's
+    pooling)."""
     return (
         reward_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         .logits.squeeze(-1)
@@ -125,7 +128,8 @@ def score(
 def pair_rewards(
     reward_model: PreTrainedModel, tokenizer, pairs: list[PreferencePair]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(r(x, y_w), r(x, y_l))`` for a batch of pairs, in one forward pass over chosen and rejected together."""
+    """``(r(x, y_w), r(x, y_l))`` for a batch of pairs, in one forward pass over chosen and rejected
+    together."""
     require(len(pairs) > 0, "pairs", "a non-empty list of preference pairs", pairs)
     prompts = [pair.prompt for pair in pairs]
     batch = scoring_batch(
@@ -234,7 +238,8 @@ class RewardModelConfig:
         require(
             self.num_heldout_pairs <= 10**self.num_digits // 2,
             "num_heldout_pairs",
-            f"at most half the number of {self.num_digits}-digit sort prompts ({10**self.num_digits // 2})",
+            f"at most half the number of {self.num_digits}-digit sort prompts "
+            f"({10**self.num_digits // 2})",
             self.num_heldout_pairs,
         )
         require_device(self.device)
@@ -253,7 +258,8 @@ class RewardModelResult(TrainResult):
 
 
 class RewardModelTrainer(Trainer):
-    """Bradley-Terry training on the oracle's labelled pairs, one optimizer step per ``run_update``."""
+    """Bradley-Terry training on the oracle's labelled pairs, one optimizer step per
+    ``run_update``."""
 
     algorithm = "reward_model"
 
@@ -314,13 +320,17 @@ class RewardModelTrainer(Trainer):
         require(
             limit is None or longest <= limit,
             "num_digits",
-            f"small enough that <bos> prompt completion <eos> ({longest} tokens) fits the model's context ({limit})",
+            f"small enough that <bos> prompt completion <eos> ({longest} tokens) fits the model's "
+            f"context ({limit})",
             self.config.num_digits,
         )
 
     @property
     def subject(self) -> str:
-        return f"sort preferences ({self.config.num_digits} digits, label noise {self.config.label_noise})"
+        return (
+            f"sort preferences ({self.config.num_digits} digits, label noise "
+            f"{self.config.label_noise})"
+        )
 
     @property
     def num_updates(self) -> int:
@@ -394,7 +404,8 @@ class RewardModelTrainer(Trainer):
 
 
 def label_ceiling(oracle: PreferenceOracle, pairs: list[PreferencePair]) -> float:
-    """The best held-out accuracy any model can have: the fraction of labels the noiseless rule agrees with."""
+    """The best held-out accuracy any model can have: the fraction of labels the noiseless rule
+    agrees with."""
     return sum(oracle.agrees(pair) for pair in pairs) / len(pairs)
 
 

@@ -1,9 +1,11 @@
-"""Supervised fine-tuning (SFT): behaviour cloning of reference answers, with the loss on the answer only.
+"""Supervised fine-tuning (SFT): behaviour cloning of reference answers, with the loss on the answer
+only.
 
-Each example is laid out as ``<bos> prompt answer <eos>``; the labels are the input ids with the prompt
-(and BOS, and any padding) replaced by -100, so the cross-entropy of eq-sft-loss averages over
-answer tokens and the EOS that ends them. The logits at position i are scored against the token at
-i + 1 (``completion_loss`` writes the shift out; Hugging Face's ``labels=`` loss does the same inside).
+Each example is laid out as ``<bos> prompt answer <eos>``; the labels are the input ids with the
+prompt (and BOS, and any padding) replaced by -100, so the cross-entropy of eq-sft-loss averages
+over answer tokens and the EOS that ends them. The logits at position i are scored against the token
+at i + 1 (``completion_loss`` writes the shift out; Hugging Face's ``labels=`` loss does the same
+inside).
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ class SFTBatch:
 
 
 def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "cpu") -> SFTBatch:
-    """``<bos> prompt answer <eos>`` per example, right-padded, labels only on answer and EOS (eq-sft-loss)."""
+    """``<bos> prompt answer <eos>`` per example, right-padded, labels only on answer and EOS
+    (eq-sft-loss)."""
     pad_id = require_pad_token(tokenizer)
     prompts = tokenizer([example.prompt for example in examples], add_special_tokens=True)[
         "input_ids"
@@ -158,8 +161,8 @@ def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "
 
 
 def completion_loss(model: PreTrainedModel, batch: SFTBatch) -> torch.Tensor:
-    """The mean cross-entropy over answer tokens and EOS (eq-sft-loss), the same number as Hugging Face's
-    ``model(..., labels=labels).loss``, with the shift written out."""
+    """The mean cross-entropy over answer tokens and EOS (eq-sft-loss), the same number as Hugging
+    Face's ``model(..., labels=labels).loss``, with the shift written out."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     # the logits at position i predict the token at i + 1
     predictions = logits[:, :-1].flatten(0, 1).float()
@@ -209,7 +212,8 @@ class SFTResult(TrainResult):
 
 
 class SFTTrainer(Trainer):
-    """SFT as a sequence of optimizer steps (``fit`` runs them; ``train_sft`` is ``fit(SFTTrainer(config))``)."""
+    """SFT as a sequence of optimizer steps (``fit`` runs them; ``train_sft`` is
+    ``fit(SFTTrainer(config))``)."""
 
     algorithm = "sft"
 
@@ -258,7 +262,8 @@ class SFTTrainer(Trainer):
         require(
             limit is None or length <= limit,
             "num_digits",
-            f"small enough that prompt and answer ({length} tokens) fit the model's context ({limit})",
+            f"small enough that prompt and answer ({length} tokens) fit the model's context "
+            f"({limit})",
             self.config.num_digits,
         )
 
@@ -319,13 +324,15 @@ class SFTTrainer(Trainer):
 
 
 def train_sft(config: SFTConfig, progress: bool = False) -> SFTResult:
-    """Fine-tune on the task's reference answers; ``.model`` and ``.tokenizer`` are Hugging Face objects."""
+    """Fine-tune on the task's reference answers; ``.model`` and ``.tokenizer`` are Hugging Face
+    objects."""
     return fit(SFTTrainer(config), progress=progress)
 
 
 def save_pretrained(result: SFTResult, folder: str | os.PathLike) -> Path:
-    """Model and tokenizer with ``save_pretrained`` (reload with ``AutoModelForCausalLM`` / ``AutoTokenizer``),
-    plus ``sft_config.json`` and ``sft_history.json`` saying how they were made."""
+    """Model and tokenizer with ``save_pretrained`` (reload with ``AutoModelForCausalLM`` /
+    ``AutoTokenizer``), plus ``sft_config.json`` and ``sft_history.json`` saying how they were
+    made."""
     folder = Path(folder)
     result.model.save_pretrained(folder)
     result.tokenizer.save_pretrained(folder)
@@ -337,13 +344,14 @@ def save_pretrained(result: SFTResult, folder: str | os.PathLike) -> Path:
 
 
 def sft_starting_point(folder: str | os.PathLike, seed: int = 0, target: float = 0.4) -> Path:
-    """An under-trained SFT model for the RL chapters, saved in ``folder`` (reused when already there).
+    """An under-trained SFT model for the RL chapters, saved in ``folder`` (reused when already
+    there).
 
-    Training stops at the first evaluation (every 10 steps) whose held-out greedy exact match reaches
-    ``target``: about half the prompts are answered right, so RL has room to show what it adds.
-    Processes that ask for the same folder at once (tests and notebooks run side by side) train it once:
-    the first trains under a lock into a folder of its own and renames it into place, the others wait and
-    reuse it. A folder made with other settings is replaced.
+    Training stops at the first evaluation (every 10 steps) whose held-out greedy exact match
+    reaches ``target``: about half the prompts are answered right, so RL has room to show what it
+    adds. Processes that ask for the same folder at once (tests and notebooks run side by side)
+    train it once: the first trains under a lock into a folder of its own and renames it into place,
+    the others wait and reuse it. A folder made with other settings is replaced.
     """
     require(is_finite_number(target) and 0 < target < 1, "target", "a number in (0, 1)", target)
     folder, config = Path(folder), SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)

@@ -1,12 +1,14 @@
 """Synthetic tasks with verifiable rewards, and a hidden "human" who states preferences.
 
-A task turns a random problem into a ``prompt`` string and its ``answer`` string; ``reward(prompt,
-completion)`` checks a completion (the decoded response without EOS) against the answer, so no learned
-judge is needed: the reward is *verifiable*. Held-out problems come from a seed and are never drawn for
-training (``TaskData``), so held-out accuracy measures generalisation, not memory.
+A task turns a random problem into a ``prompt`` string and its ``answer`` string;
+``reward(prompt, completion)`` checks a completion (the decoded response without EOS) against the
+answer, so no learned judge is needed: the reward is *verifiable*. Held-out problems come from a
+seed and are never drawn for training (``TaskData``), so held-out accuracy measures generalisation,
+not memory.
 
-``PreferenceOracle`` plays the labeller of Chapter 9: it scores completions with a fixed rule the learner
-never sees and, with probability ``label_noise``, reports the opposite preference, as real annotators do.
+``PreferenceOracle`` plays the labeller of Chapter 9: it scores completions with a fixed rule the
+learner never sees and, with probability ``label_noise``, reports the opposite preference, as real
+annotators do.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ class Example:
 
 
 class Task:
-    """A family of problems: ``sample_prompt(rng)`` draws one prompt, ``answer(prompt)`` solves it."""
+    """A family of problems: ``sample_prompt(rng)`` draws one prompt, ``answer(prompt)`` solves
+    it."""
 
     name = ""
 
@@ -39,7 +42,8 @@ class Task:
         return Example(prompt, self.answer(prompt))
 
     def reward(self, prompt: str, completion: str) -> float:
-        """1.0 when the completion is exactly the answer, else 0.0 (the verifiable reward of Chapter 10)."""
+        """1.0 when the completion is exactly the answer, else 0.0 (the verifiable reward of Chapter
+        10)."""
         return float(completion == self.answer(prompt))
 
     @property
@@ -130,15 +134,16 @@ def make_task(name: str, **kwargs) -> Task:
 
 
 class TaskData:
-    """A task's held-out examples (fixed by ``seed``) and an endless stream of training examples that avoids them."""
+    """A task's held-out examples (fixed by ``seed``) and an endless stream of training examples
+    that avoids them."""
 
     def __init__(self, task: Task, num_heldout: int = 500, seed: int = 0):
         require(is_count(num_heldout), "num_heldout", "an integer >= 1", num_heldout)
         require(
             num_heldout <= task.num_problems // 2,
             "num_heldout",
-            f"at most half the number of distinct {task.name} problems ({task.num_problems}), so that training "
-            "has problems left",
+            f"at most half the number of distinct {task.name} problems ({task.num_problems}), so "
+            "that training has problems left",
             num_heldout,
         )
         require(is_seed(seed), "seed", "an integer in [0, 2**32)", seed)
@@ -173,13 +178,14 @@ class PreferencePair:
 class PreferenceOracle:
     """A hidden labeller for the sort task, who checks answers quickly rather than exactly.
 
-    Score (never shown to the learner) = minus the number of neighbouring digits out of order, minus the
-    distance from the right length, minus the number of characters that do not occur in the prompt. The
-    labeller does not count how often each digit occurs, so for "S300521:" the wrong "000125" scores as well
-    as the answer "001235": a blind spot that a policy optimised against a learned reward can find.
-    Asked to compare two completions with different scores, the oracle names the better one, except with
-    probability ``label_noise``, when it names the worse: a reward model can then agree with the labels on at
-    most about ``1 - label_noise`` of pairs (``label_ceiling``, the bar Chapter 9 compares against).
+    Score (never shown to the learner) = minus the number of neighbouring digits out of order, minus
+    the distance from the right length, minus the number of characters that do not occur in the
+    prompt. The labeller does not count how often each digit occurs, so for "S300521:" the wrong
+    "000125" scores as well as the answer "001235": a blind spot that a policy optimised against a
+    learned reward can find. Asked to compare two completions with different scores, the oracle
+    names the better one, except with probability ``label_noise``, when it names the worse: a reward
+    model can then agree with the labels on at most about ``1 - label_noise`` of pairs
+    (``label_ceiling``, the bar Chapter 9 compares against).
     """
 
     def __init__(self, task: SortTask | None = None, label_noise: float = 0.1):
@@ -194,8 +200,9 @@ class PreferenceOracle:
         self.label_noise = label_noise
 
     def score(self, prompt: str, completion: str) -> float:
-        """Minus the number of faults a quick labeller sees: neighbours out of order, characters too many or too
-        few, characters that are not digits of the prompt. 0 for the sorted answer (and for its blind spots)."""
+        """Minus the number of faults a quick labeller sees: neighbours out of order, characters too
+        many or too few, characters that are not digits of the prompt. 0 for the sorted answer (and
+        for its blind spots)."""
         digits = prompt[1:-1]
         self.task.answer(prompt)  # checks the prompt
         out_of_order = sum(a > b for a, b in zip(completion, completion[1:]))
@@ -203,7 +210,8 @@ class PreferenceOracle:
         return float(-(out_of_order + abs(len(completion) - len(digits)) + foreign))
 
     def candidate(self, prompt: str, rng: random.Random) -> str:
-        """A completion of random quality: the answer, or it with a few digits swapped, changed, dropped or added."""
+        """A completion of random quality: the answer, or it with a few digits swapped, changed,
+        dropped or added."""
         digits = list(self.task.answer(prompt) if rng.random() < 0.5 else prompt[1:-1])
         for _ in range(rng.randint(0, 3)):
             kind = rng.choice(("swap", "change", "drop", "add"))
@@ -234,10 +242,11 @@ class PreferenceOracle:
     def pairs(
         self, num_pairs: int, seed: int = 0, exclude: set[str] = frozenset(), split: str = "train"
     ) -> list[PreferencePair]:
-        """``num_pairs`` labelled pairs on fresh prompts (one pair per prompt, prompts in ``exclude`` skipped).
+        """``num_pairs`` labelled pairs on fresh prompts (one pair per prompt, prompts in
+        ``exclude`` skipped).
 
-        Each ``split`` ("train", "heldout") draws from its own stream, so no seed's held-out pairs are
-        another seed's training pairs.
+        Each ``split`` ("train", "heldout") draws from its own stream, so no seed's held-out pairs
+        are another seed's training pairs.
         """
         require(is_count(num_pairs), "num_pairs", "an integer >= 1", num_pairs)
         require(is_seed(seed), "seed", "an integer in [0, 2**32)", seed)

@@ -1,9 +1,10 @@
-"""A character-level tokenizer for the toy tasks: a real Hugging Face fast tokenizer, built with ``tokenizers``.
+"""A character-level tokenizer for the toy tasks: a real Hugging Face fast tokenizer, built with
+``tokenizers``.
 
-Every character of the task alphabet is one token; ``<pad>``, ``<bos>``, ``<eos>`` and ``<unk>`` are special
-tokens, and the pad token is distinct from EOS (the padding-and-EOS pitfall of Chapter 8 needs them apart).
-The result is a ``PreTrainedTokenizerFast``, so it saves with ``save_pretrained`` and reloads with
-``AutoTokenizer.from_pretrained``, exactly like the tokenizer of a real checkpoint.
+Every character of the task alphabet is one token; ``<pad>``, ``<bos>``, ``<eos>`` and ``<unk>`` are
+special tokens, and the pad token is distinct from EOS (the padding-and-EOS pitfall of Chapter 8
+needs them apart). The result is a ``PreTrainedTokenizerFast``, so it saves with ``save_pretrained``
+and reloads with ``AutoTokenizer.from_pretrained``, exactly like the tokenizer of a real checkpoint.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def build_char_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """A tokenizer with one token per character of ``alphabet``; encoding prepends ``<bos>``.
 
-    Decoding joins characters without spaces (``decoders.Fuse``); characters outside the alphabet become
-    ``<unk>`` rather than being dropped, so a typo stays visible.
+    Decoding joins characters without spaces (``decoders.Fuse``); characters outside the alphabet
+    become ``<unk>`` rather than being dropped, so a typo stays visible.
     """
     if not isinstance(alphabet, str) or not alphabet:
         raise ValueError(f"alphabet must be a non-empty string of characters, got {alphabet!r}")
@@ -50,17 +51,20 @@ def build_char_tokenizer(
 def require_pad_token(tokenizer) -> int:
     """The tokenizer's pad token id, or a ValueError saying how to give it one.
 
-    Our masks come from lengths, never from comparing ids with the pad id, so a pad token equal to EOS
-    (common in released checkpoints) is safe here; a missing one is not, because batches must be padded.
+    Our masks come from lengths, never from comparing ids with the pad id, so a pad token equal to
+    EOS (common in released checkpoints) is safe here; a missing one is not, because batches must be
+    padded.
     """
     if tokenizer.pad_token_id is None:
         raise ValueError(
-            f"tokenizer.pad_token is None ({type(tokenizer).__name__}, EOS = {tokenizer.eos_token!r}): batches need a "
-            "pad token. Set one, e.g. tokenizer.add_special_tokens({'pad_token': '<pad>'}) (then resize the model's "
+            f"tokenizer.pad_token is None ({type(tokenizer).__name__}, EOS = "
+            f"{tokenizer.eos_token!r}): batches need a pad token. Set one, e.g. "
+            "tokenizer.add_special_tokens({'pad_token': '<pad>'}) (then resize the model's "
             "embeddings), or tokenizer.pad_token = tokenizer.eos_token"
         )
     if tokenizer.eos_token_id is None:
         raise ValueError(
-            f"tokenizer.eos_token is None ({type(tokenizer).__name__}): responses need an end-of-sequence token"
+            f"tokenizer.eos_token is None ({type(tokenizer).__name__}): responses need an "
+            "end-of-sequence token"
         )
     return tokenizer.pad_token_id

@@ -1,4 +1,5 @@
-"""Tabular methods: exact evaluation (Chapter 1), planning (Chapter 2) and model-free learning (Chapter 3)."""
+"""Tabular methods: exact evaluation (Chapter 1), planning (Chapter 2) and model-free learning
+(Chapter 3)."""
 
 from rlkit.envs.tabular import TabularMDP
 from rlkit.tabular.bandits import BanditResult, run_bandit

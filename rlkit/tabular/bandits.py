@@ -1,4 +1,5 @@
-"""The k-armed bandit testbed of Sutton & Barto, Chapter 2: exploration before states (Chapter 3 opens with it).
+"""The k-armed bandit testbed of Sutton & Barto, Chapter 2: exploration before states (Chapter 3
+opens with it).
 
 All runs of an experiment are simulated at once, as rows of arrays: ``runs`` independent bandit
 problems, each with true action values ``q*(a) ~ N(0, 1)`` and rewards ``R ~ N(q*(a), 1)``.
@@ -13,7 +14,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class BanditResult:
-    """Per step, averaged over runs: the reward earned and the fraction of runs that chose an optimal arm."""
+    """Per step, averaged over runs: the reward earned and the fraction of runs that chose an
+    optimal arm."""
 
     average_reward: np.ndarray
     optimal_action: np.ndarray
@@ -35,10 +37,11 @@ def run_bandit(
     runs: int = 2000,
     seed: int = 0,
 ) -> BanditResult:
-    """Run an action-value method on ``runs`` testbed problems for ``steps`` steps (eq-bandit-update).
+    """Run an action-value method on ``runs`` testbed problems for ``steps`` steps
+    (eq-bandit-update).
 
-    ``epsilon``: probability of a uniform random arm. ``step_size``: constant alpha, or None for sample
-    averages (alpha = 1/n). ``initial_value``: Q_1, optimistic when large. ``ucb_c``: choose
+    ``epsilon``: probability of a uniform random arm. ``step_size``: constant alpha, or None for
+    sample averages (alpha = 1/n). ``initial_value``: Q_1, optimistic when large. ``ucb_c``: choose
     ``argmax Q + c sqrt(ln t / N)`` instead (eq-ucb); an arm never tried counts as maximising.
     """
     if not 0 <= epsilon <= 1:

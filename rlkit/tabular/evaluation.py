@@ -1,4 +1,5 @@
-"""Policy evaluation two ways: the exact linear solve of the Bellman equation, and Monte Carlo rollouts."""
+"""Policy evaluation two ways: the exact linear solve of the Bellman equation, and Monte Carlo
+rollouts."""
 
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ def exact_policy_values(
     gamma: float,
     terminal: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Solve the Bellman expectation equation ``v = r_pi + gamma * P_pi v`` (eq-bellman-matrix) exactly.
+    """Solve the Bellman expectation equation ``v = r_pi + gamma * P_pi v`` (eq-bellman-matrix)
+    exactly.
 
-    ``P[s, a, s']``, ``R[s, a]`` and ``policy[s, a]`` are arrays; terminal states have value 0, so with
-    ``gamma = 1`` the system is solvable whenever the policy reaches a terminal state with probability 1.
+    ``P[s, a, s']``, ``R[s, a]`` and ``policy[s, a]`` are arrays; terminal states have value 0, so
+    with ``gamma = 1`` the system is solvable whenever the policy reaches a terminal state with
+    probability 1.
     """
     n_states, n_actions = R.shape
     if P.shape != (n_states, n_actions, n_states):
@@ -47,7 +50,8 @@ def exact_policy_values(
         terminal = np.asarray(terminal)
         if terminal.shape != (n_states,) or terminal.dtype != bool:
             raise ValueError(
-                f"terminal must be a boolean array of shape ({n_states},), got {terminal.dtype} {terminal.shape}"
+                f"terminal must be a boolean array of shape ({n_states},), got {terminal.dtype} "
+                f"{terminal.shape}"
             )
         P_pi[terminal] = 0.0
         r_pi[terminal] = 0.0
@@ -57,14 +61,15 @@ def exact_policy_values(
         stuck = never_terminating_states(P_pi, terminal)
         if stuck.size:
             raise ValueError(
-                "I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal state, "
-                f"and from states {stuck.tolist()[:10]} it never does"
+                "I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal "
+                f"state, and from states {stuck.tolist()[:10]} it never does"
             )
     return np.linalg.solve(np.eye(n_states) - gamma * P_pi, r_pi)
 
 
 def never_terminating_states(P_pi: np.ndarray, terminal: np.ndarray | None) -> np.ndarray:
-    """The states from which no path of positive probability under ``P_pi`` reaches a terminal state."""
+    """The states from which no path of positive probability under ``P_pi`` reaches a terminal
+    state."""
     reaches = np.zeros(len(P_pi), dtype=bool) if terminal is None else terminal.copy()
     moves = P_pi > 0
     while True:
@@ -100,7 +105,8 @@ def monte_carlo_policy_values(
     seed: int = 0,
     states: list[int] | None = None,
 ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """Estimate ``v_pi(s) = E[G_0 | S_0 = s]`` (eq-value) by averaging sampled returns from each start state.
+    """Estimate ``v_pi(s) = E[G_0 | S_0 = s]`` (eq-value) by averaging sampled returns from each
+    start state.
 
     Returns ``(values, returns)``: the sample means (NaN for states not evaluated) and every sampled
     return per state. An episode cut by a time limit is truncated, not terminated: its return misses

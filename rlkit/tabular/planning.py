@@ -1,4 +1,5 @@
-"""Model-based RL (Chapter 2): planning with a known model, and Dyna-Q, which learns the model it plans with.
+"""Model-based RL (Chapter 2): planning with a known model, and Dyna-Q, which learns the model it
+plans with.
 
 Sweeps are array code: one sweep of synchronous evaluation or value iteration is a matrix product
 over all states at once. Every function takes ``history``: a list to which the largest value change
@@ -23,7 +24,8 @@ def _check_gamma(gamma: float, mdp: TabularMDP) -> None:
         raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
     if gamma == 1.0 and not mdp.terminal.any():
         raise ValueError(
-            "gamma = 1 needs an MDP with terminal states: with none, values of a continuing task diverge"
+            "gamma = 1 needs an MDP with terminal states: with none, values of a continuing task "
+            "diverge"
         )
 
 
@@ -33,18 +35,21 @@ def _check_tol(tol: float) -> None:
 
 
 def q_from_v(mdp: TabularMDP, V: np.ndarray, gamma: float) -> np.ndarray:
-    """``Q[s, a] = R[s, a] + gamma * sum_s' P[s, a, s'] V[s']`` (eq-q-from-v), 0 on terminal states."""
+    """``Q[s, a] = R[s, a] + gamma * sum_s' P[s, a, s'] V[s']`` (eq-q-from-v), 0 on terminal
+    states."""
     Q = mdp.R + gamma * mdp.P @ np.where(mdp.terminal, 0.0, V)
     Q[mdp.terminal] = 0.0
     return Q
 
 
 def greedy_policy(Q: np.ndarray, current: np.ndarray | None = None) -> np.ndarray:
-    """A deterministic policy as a ``[S, A]`` array of probabilities: the best action, ties to the lowest index.
+    """A deterministic policy as a ``[S, A]`` array of probabilities: the best action, ties to the
+    lowest index.
 
-    With ``current`` (a policy), a state keeps its current most likely action while that action is still
-    among the best: policy iteration then stops instead of hopping between equally good policies, and at
-    ``gamma = 1`` never swaps a move towards the goal for an equally valued bump into a wall.
+    With ``current`` (a policy), a state keeps its current most likely action while that action is
+    still among the best: policy iteration then stops instead of hopping between equally good
+    policies, and at ``gamma = 1`` never swaps a move towards the goal for an equally valued bump
+    into a wall.
     """
     tied = Q >= Q.max(axis=1, keepdims=True) - TIE_TOLERANCE
     best = np.argmax(tied, axis=1)
@@ -63,11 +68,12 @@ def policy_evaluation(
     max_sweeps: int = 100_000,
     history: list | None = None,
 ) -> np.ndarray:
-    """Iterative policy evaluation (eq-policy-evaluation): sweep ``V <- r_pi + gamma P_pi V`` until it moves < tol.
+    """Iterative policy evaluation (eq-policy-evaluation): sweep ``V <- r_pi + gamma P_pi V`` until
+    it moves < tol.
 
     Synchronous sweeps compute every new value from the old vector (one matrix product); in-place
-    sweeps (``in_place=True``, Gauss-Seidel) use each new value as soon as it is computed, which usually
-    needs fewer sweeps.
+    sweeps (``in_place=True``, Gauss-Seidel) use each new value as soon as it is computed, which
+    usually needs fewer sweeps.
     """
     _check_gamma(gamma, mdp)
     _check_tol(tol)
@@ -101,9 +107,11 @@ def policy_iteration(
     max_iterations: int = 1_000,
     history: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Policy iteration: evaluate exactly (eq-bellman-matrix), improve greedily, until the policy is stable.
+    """Policy iteration: evaluate exactly (eq-bellman-matrix), improve greedily, until the policy is
+    stable.
 
-    Returns ``(V, policy)``; ``history`` receives the number of states whose action changed per iteration.
+    Returns ``(V, policy)``; ``history`` receives the number of states whose action changed per
+    iteration.
     """
     _check_gamma(gamma, mdp)
     policy = (
@@ -123,16 +131,18 @@ def policy_iteration(
 
 
 def _checked_greedy(mdp: TabularMDP, V: np.ndarray, gamma: float) -> np.ndarray:
-    """The greedy policy of V; at gamma = 1 it must also reach a terminal state, which ties can prevent."""
+    """The greedy policy of V; at gamma = 1 it must also reach a terminal state, which ties can
+    prevent."""
     policy = greedy_policy(q_from_v(mdp, V, gamma))
     if gamma == 1.0:
         try:
             exact_policy_values(mdp.P, mdp.R, policy, gamma, mdp.terminal)
         except ValueError as error:
             raise ValueError(
-                "value_iteration with gamma = 1: a greedy policy of V* never reaches a terminal state, because "
-                "waiting (e.g. bumping into a wall) costs nothing and ties with progress; use gamma < 1, a step "
-                "cost, or policy_iteration, which keeps progressing actions on ties"
+                "value_iteration with gamma = 1: a greedy policy of V* never reaches a terminal "
+                "state, because waiting (e.g. bumping into a wall) costs nothing and ties with "
+                "progress; use gamma < 1, a step cost, or policy_iteration, which keeps "
+                "progressing actions on ties"
             ) from error
     return policy
 
@@ -144,10 +154,11 @@ def value_iteration(
     max_sweeps: int = 100_000,
     history: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Value iteration: sweep the Bellman optimality backup ``V <- max_a Q(V)`` (eq-value-iteration) until it moves < tol.
+    """Value iteration: sweep the Bellman optimality backup ``V <- max_a Q(V)`` (eq-value-iteration)
+    until it moves < tol.
 
-    Returns ``(V, policy)`` with the greedy policy of the final ``V``. With ``gamma < 1`` the error after
-    stopping is at most ``tol * gamma / (1 - gamma)``.
+    Returns ``(V, policy)`` with the greedy policy of the final ``V``. With ``gamma < 1`` the error
+    after stopping is at most ``tol * gamma / (1 - gamma)``.
     """
     _check_gamma(gamma, mdp)
     _check_tol(tol)
@@ -171,14 +182,15 @@ def dyna_q(
     epsilon: float = 0.1,
     seed: int = 0,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Tabular Dyna-Q (Sutton & Barto 8.2): Q-learning plus ``n_planning`` updates per real step from a learned model.
+    """Tabular Dyna-Q (Sutton & Barto 8.2): Q-learning plus ``n_planning`` updates per real step
+    from a learned model.
 
     The model remembers the last ``(reward, next_state, terminated)`` seen after each ``(s, a)``
     (the dynamics are assumed deterministic). Each planning step picks a previously observed state
     at random, then an action previously taken there, and applies the same Q-learning update
-    (eq-ch02-dyna-update) to the remembered outcome. ``n_planning = 0`` is plain Q-learning (the same
-    algorithm as ``q_learning``, though its random draws, and so its numbers, differ).
-    Returns ``(Q, history)`` with ``episode_length`` and ``episode_return`` per episode.
+    (eq-ch02-dyna-update) to the remembered outcome. ``n_planning = 0`` is plain Q-learning (the
+    same algorithm as ``q_learning``, though its random draws, and so its numbers, differ). Returns
+    ``(Q, history)`` with ``episode_length`` and ``episode_return`` per episode.
     """
     n_states, n_actions = _check_run(env, episodes, gamma)
     _check_alpha(alpha)

@@ -1,8 +1,9 @@
-"""Model-free tabular RL (Chapter 3): Monte Carlo, TD(0), n-step TD, TD(lambda), SARSA, expected SARSA, Q-learning.
+"""Model-free tabular RL (Chapter 3): Monte Carlo, TD(0), n-step TD, TD(lambda), SARSA, expected
+SARSA, Q-learning.
 
 Every learner runs on a gymnasium environment with Discrete spaces, takes ``seed`` (same seed, same
-numbers) and returns ``(Q, history)`` (prediction methods: ``(V, history)``), where ``history`` holds
-one entry per episode: ``episode_return`` (undiscounted, as the agent earned it online) and
+numbers) and returns ``(Q, history)`` (prediction methods: ``(V, history)``), where ``history``
+holds one entry per episode: ``episode_return`` (undiscounted, as the agent earned it online) and
 ``episode_length``. A time limit truncates an episode: TD targets bootstrap there, and only
 termination stops the bootstrap (Chapter 1, "Episodes, termination and truncation").
 """
@@ -52,7 +53,8 @@ def epsilon_greedy(q_row: np.ndarray, epsilon: float, rng: np.random.Generator) 
 
 
 def epsilon_greedy_probabilities(q_row: np.ndarray, epsilon: float) -> np.ndarray:
-    """pi(a|s) of the epsilon-greedy policy: epsilon / |A| each, plus 1 - epsilon shared by the greedy actions."""
+    """pi(a|s) of the epsilon-greedy policy: epsilon / |A| each, plus 1 - epsilon shared by the
+    greedy actions."""
     greedy = q_row >= q_row.max() - TIE_TOLERANCE
     return epsilon / q_row.size + (1.0 - epsilon) * greedy / greedy.sum()
 
@@ -62,7 +64,8 @@ def _sample(cumulative_policy: list[list[float]], state: int, rng: np.random.Gen
 
 
 def _cumulative(policy: np.ndarray) -> list[list[float]]:
-    """Per-state cumulative action probabilities, as lists: bisecting a list is the fastest draw per step."""
+    """Per-state cumulative action probabilities, as lists: bisecting a list is the fastest draw per
+    step."""
     cumulative = np.cumsum(policy, axis=1)
     cumulative[:, -1] = 1.0  # rounding must never leave a draw without an action
     return cumulative.tolist()
@@ -84,7 +87,8 @@ def _play_episode(env, choose, first_reset_seed=None):
 
 
 def _returns(rewards: list[float], gamma: float) -> np.ndarray:
-    """G_t for every step of one episode (eq-return-recursive), by Chapter 1's ``discounted_returns``."""
+    """G_t for every step of one episode (eq-return-recursive), by Chapter 1's
+    ``discounted_returns``."""
     return discounted_returns(torch.tensor([rewards], dtype=torch.float64), gamma)[0].numpy()
 
 
@@ -92,7 +96,8 @@ def _returns(rewards: list[float], gamma: float) -> np.ndarray:
 
 
 def mc_prediction(env, policy, gamma=1.0, episodes=1000, first_visit=True, seed=0):
-    """Monte Carlo prediction of ``v_pi`` (eq-mc-prediction): average the returns that follow visits to each state."""
+    """Monte Carlo prediction of ``v_pi`` (eq-mc-prediction): average the returns that follow visits
+    to each state."""
     n_states, n_actions = _check_run(env, episodes, gamma)
     check_policy(policy, n_states, n_actions)
     rng, cumulative = np.random.default_rng(seed), _cumulative(policy)
@@ -121,7 +126,8 @@ def mc_prediction(env, policy, gamma=1.0, episodes=1000, first_visit=True, seed=
 
 
 def mc_control(env, episodes=1000, gamma=1.0, epsilon=0.1, seed=0):
-    """On-policy first-visit Monte Carlo control with an epsilon-soft (epsilon-greedy) policy (Sutton & Barto 5.4)."""
+    """On-policy first-visit Monte Carlo control with an epsilon-soft (epsilon-greedy) policy
+    (Sutton & Barto 5.4)."""
     n_states, n_actions = _check_run(env, episodes, gamma)
     _check_unit("epsilon", epsilon)
     rng = np.random.default_rng(seed)
@@ -146,20 +152,22 @@ def mc_control(env, episodes=1000, gamma=1.0, epsilon=0.1, seed=0):
 def off_policy_mc_prediction(
     env, target_policy, behaviour_policy, gamma=1.0, episodes=1000, weighted=True, seed=0
 ):
-    """Off-policy Monte Carlo prediction of ``q_pi`` from episodes of a behaviour policy b (Sutton & Barto 5.6).
+    """Off-policy Monte Carlo prediction of ``q_pi`` from episodes of a behaviour policy b (Sutton &
+    Barto 5.6).
 
-    Each return is weighted by the importance ratio ``W = prod_k pi(a_k|s_k) / b(a_k|s_k)`` of the steps
-    after the pair (eq-importance-ratio): the ancestor of PPO's probability ratio (Chapter 7). Weighted
-    importance sampling divides by the sum of the weights (biased, far lower variance); ordinary
-    importance sampling divides by the number of visits (every-visit, as here: consistent but biased;
-    the first-visit version is unbiased).
+    Each return is weighted by the importance ratio ``W = prod_k pi(a_k|s_k) / b(a_k|s_k)`` of the
+    steps after the pair (eq-importance-ratio): the ancestor of PPO's probability ratio (Chapter 7).
+    Weighted importance sampling divides by the sum of the weights (biased, far lower variance);
+    ordinary importance sampling divides by the number of visits (every-visit, as here: consistent
+    but biased; the first-visit version is unbiased).
     """
     n_states, n_actions = _check_run(env, episodes, gamma)
     check_policy(target_policy, n_states, n_actions)
     check_policy(behaviour_policy, n_states, n_actions)
     if np.any((target_policy > 0) & (behaviour_policy == 0)):
         raise ValueError(
-            "behaviour_policy must give every action the target policy takes a non-zero probability (coverage)"
+            "behaviour_policy must give every action the target policy takes a non-zero "
+            "probability (coverage)"
         )
     rng, cumulative = np.random.default_rng(seed), _cumulative(behaviour_policy)
     Q, weights = np.zeros((n_states, n_actions)), np.zeros((n_states, n_actions))
@@ -202,7 +210,8 @@ def _check_alpha(alpha: float) -> None:
 def td0_prediction(
     env, policy, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0, average_from=None
 ):
-    """TD(0) prediction: ``V(s) <- V(s) + alpha * delta`` with Chapter 1's TD error ``delta`` (eq-td-error)."""
+    """TD(0) prediction: ``V(s) <- V(s) + alpha * delta`` with Chapter 1's TD error ``delta``
+    (eq-td-error)."""
     return n_step_td_prediction(
         env, policy, 1, alpha, gamma, episodes, seed, initial_value, average_from
     )
@@ -219,14 +228,15 @@ def n_step_td_prediction(
     initial_value=0.0,
     average_from=None,
 ):
-    """n-step TD (eq-n-step-return): update ``V(s_t)`` towards ``r_t + ... + gamma^(n-1) r_{t+n-1} + gamma^n V(s_{t+n})``.
+    """n-step TD (eq-n-step-return): update ``V(s_t)`` towards
+    ``r_t + ... + gamma^(n-1) r_{t+n-1} + gamma^n V(s_{t+n})``.
 
-    Past the end of an episode the return stops if it terminated, and bootstraps from the last state if
-    it was truncated. ``n = 1`` is TD(0); ``n`` at least the episode length is Monte Carlo.
+    Past the end of an episode the return stops if it terminated, and bootstraps from the last state
+    if it was truncated. ``n = 1`` is TD(0); ``n`` at least the episode length is Monte Carlo.
 
-    With a constant ``alpha`` the estimate never settles: it keeps jumping around ``v_pi`` by an amount
-    that grows with ``alpha``. ``average_from=k`` returns instead the mean of the estimates after
-    episodes ``k, k+1, ...`` (Polyak-Ruppert averaging), which cancels most of that noise.
+    With a constant ``alpha`` the estimate never settles: it keeps jumping around ``v_pi`` by an
+    amount that grows with ``alpha``. ``average_from=k`` returns instead the mean of the estimates
+    after episodes ``k, k+1, ...`` (Polyak-Ruppert averaging), which cancels most of that noise.
     """
     n_states, n_actions = _check_run(env, episodes, gamma)
     check_policy(policy, n_states, n_actions)
@@ -237,7 +247,8 @@ def n_step_td_prediction(
         isinstance(average_from, int) and 0 <= average_from < episodes
     ):
         raise ValueError(
-            f"average_from must be None or an integer in [0, episodes={episodes}), got {average_from!r}"
+            f"average_from must be None or an integer in [0, episodes={episodes}), got "
+            f"{average_from!r}"
         )
     rng, cumulative = np.random.default_rng(seed), _cumulative(policy)
     average, averaged = np.zeros(n_states), 0
@@ -277,10 +288,11 @@ def n_step_td_prediction(
 def td_lambda_prediction(
     env, policy, lam=0.9, alpha=0.1, gamma=1.0, episodes=1000, seed=0, initial_value=0.0
 ):
-    """TD(lambda) with accumulating eligibility traces: the backward view of the lambda-return (eq-lambda-return).
+    """TD(lambda) with accumulating eligibility traces: the backward view of the lambda-return
+    (eq-lambda-return).
 
-    The lambda-return mixes all n-step returns with weights ``(1 - lam) lam^(n-1)``; the same mixture,
-    applied to advantages, is GAE (Chapter 1, eq-gae-sum), which PPO uses (Chapter 7).
+    The lambda-return mixes all n-step returns with weights ``(1 - lam) lam^(n-1)``; the same
+    mixture, applied to advantages, is GAE (Chapter 1, eq-gae-sum), which PPO uses (Chapter 7).
     """
     n_states, n_actions = _check_run(env, episodes, gamma)
     check_policy(policy, n_states, n_actions)
@@ -343,12 +355,14 @@ def _td_control(env, method, episodes, alpha, gamma, epsilon, seed):
 
 
 def sarsa(env, episodes=500, alpha=0.5, gamma=1.0, epsilon=0.1, seed=0):
-    """SARSA (eq-sarsa): on-policy TD control, target ``r + gamma Q(s', a')`` with a' the next action taken."""
+    """SARSA (eq-sarsa): on-policy TD control, target ``r + gamma Q(s', a')`` with a' the next
+    action taken."""
     return _td_control(env, "sarsa", episodes, alpha, gamma, epsilon, seed)
 
 
 def expected_sarsa(env, episodes=500, alpha=0.5, gamma=1.0, epsilon=0.1, seed=0):
-    """Expected SARSA (eq-expected-sarsa): target ``r + gamma sum_a' pi(a'|s') Q(s', a')`` under epsilon-greedy pi."""
+    """Expected SARSA (eq-expected-sarsa): target ``r + gamma sum_a' pi(a'|s') Q(s', a')`` under
+    epsilon-greedy pi."""
     return _td_control(env, "expected_sarsa", episodes, alpha, gamma, epsilon, seed)
 
 
@@ -358,8 +372,8 @@ def q_learning(env, episodes=500, alpha=0.5, gamma=1.0, epsilon=0.1, seed=0):
 
 
 def greedy_path(env, Q, max_steps=1000, seed=None):
-    """Follow the greedy policy of ``Q`` (ties to the lowest action) from a reset; return the visited states
-    and whether the episode terminated within ``max_steps``."""
+    """Follow the greedy policy of ``Q`` (ties to the lowest action) from a reset; return the
+    visited states and whether the episode terminated within ``max_steps``."""
     state, _ = env.reset(seed=seed)
     path = [state]
     for _ in range(max_steps):

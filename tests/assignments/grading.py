@@ -1,9 +1,10 @@
-"""What every assignment test needs: a private copy of the course, nbgrader run as an instructor would,
-submissions built from the student release, and the marks and errors read back.
+"""What every assignment test needs: a private copy of the course, nbgrader run as an instructor
+would, submissions built from the student release, and the marks and errors read back.
 
-Each assignment is one notebook, ``source/<name>/<name>.ipynb`` under notebooks/assignments. Everything
-runs in a temporary copy of that folder, never in the repository. A submission is given as the source of
-its solution cells, by nbgrader grade id; a cell it does not give keeps the stub of the release.
+Each assignment is one notebook, ``source/<name>/<name>.ipynb`` under notebooks/assignments.
+Everything runs in a temporary copy of that folder, never in the repository. A submission is given
+as the source of its solution cells, by nbgrader grade id; a cell it does not give keeps the stub of
+the release.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def nbgrader(course: Path, *args: str, seed: str | None = None) -> subprocess.Co
     # nbgrader shells out to `alembic` when it creates the db
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-    # rlkit importable in the grading kernel, so the cheats really reach it and the guard must stop them
+    # rlkit importable in the grading kernel, so the cheats really reach it and the guard must stop
+    # them
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.run(
         [sys.executable, "-m", "nbgrader", *args],
@@ -62,7 +64,8 @@ def nbgrader(course: Path, *args: str, seed: str | None = None) -> subprocess.Co
 
 
 def copy_course(root: Path) -> Path:
-    """A copy of notebooks/assignments at ``root``, without anything nbgrader wrote in the repository."""
+    """A copy of notebooks/assignments at ``root``, without anything nbgrader wrote in the
+    repository."""
     shutil.copytree(
         COURSE,
         root,
@@ -88,7 +91,8 @@ def failed(score: dict[str, float], points: dict[str, float]) -> set[str]:
 
 
 def blocked(message: str) -> bool:
-    """An error raised by the grading guard: RuntimeError when rlkit is called, ImportError when imported."""
+    """An error raised by the grading guard: RuntimeError when rlkit is called, ImportError when
+    imported."""
     return message.endswith(BLOCKED)
 
 
@@ -105,7 +109,8 @@ class Assignment:
     def path(
         self, course: Path, step: str, student: str | None = None, suffix: str = ".ipynb"
     ) -> Path:
-        """The notebook of a step (release, submitted, autograded, feedback), for a student where it has one."""
+        """The notebook of a step (release, submitted, autograded, feedback), for a student where it
+        has one."""
         folder = course / step if student is None else course / step / student
         return folder / self.name / f"{self.name}{suffix}"
 
@@ -128,7 +133,8 @@ class Assignment:
         return course
 
     def submit(self, course: Path, student: str, cells: dict[str, str]) -> None:
-        """The released notebook with the given solution cells replaced, as a student would hand it in."""
+        """The released notebook with the given solution cells replaced, as a student would hand it
+        in."""
         nb = nbformat.read(self.path(course, "release"), as_version=4)
         for cell in nb.cells:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -157,8 +163,9 @@ class Assignment:
         make_recorder: Callable[[dict[str, str]], dict[str, str]],
         seed: str,
     ) -> dict[str, dict[str, float]]:
-        """Submit the reference, the unmodified release ("stubs"), each variant (the reference with its cells
-        replaced) and the recorder built from the reference; autograde them in one run; their scores."""
+        """Submit the reference, the unmodified release ("stubs"), each variant (the reference with
+        its cells replaced) and the recorder built from the reference; autograde them in one run;
+        their scores."""
         reference = self.reference_sources()
         submissions = {"reference": reference, "stubs": {}}
         for name, variant in variants.items():
@@ -197,10 +204,11 @@ class Assignment:
         nbgrader(course, "generate_feedback", self.name, "--force", "--student", student)
         return self.path(course, "feedback", student, ".html").read_text()
 
-    # ---- Checks shared by every assignment --------------------------------------------------------
+    # ---- Checks shared by every assignment -------------------------------------------------------
 
     def check_source_is_clean(self, solution_cells: set[str], points: dict[str, float]) -> None:
-        """Stored without outputs, with exactly these solution cells and these points per test cell."""
+        """Stored without outputs, with exactly these solution cells and these points per test
+        cell."""
         nb = nbformat.read(self.source, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert all(c.outputs == [] and c.execution_count is None for c in code)
@@ -214,7 +222,8 @@ class Assignment:
 
     def check_release_is_clean(self, course: Path, default_seed: str) -> None:
         """The released notebook holds no solution, hidden test, seed or guard, and a stub in every
-        solution cell; each secret is first checked to be in the source, so the check cannot go stale."""
+        solution cell; each secret is first checked to be in the source, so the check cannot go
+        stale."""
         source = self.source.read_text()
         release = self.path(course, "release").read_text()
         solution_lines = [
@@ -246,7 +255,8 @@ class Assignment:
     def check_graded_marks(
         self, graded: dict[str, dict[str, float]], points: dict[str, float]
     ) -> None:
-        """The reference and the recorder (the reference plus a side effect) earn full marks, the stubs none."""
+        """The reference and the recorder (the reference plus a side effect) earn full marks, the
+        stubs none."""
         assert graded["reference"] == points
         assert graded["recorder"] == points
         assert graded["stubs"] == {cell: 0.0 for cell in points}
@@ -259,7 +269,8 @@ class Assignment:
         variant: Variant,
         may_also_fail: frozenset = frozenset(),
     ) -> None:
-        """A wrong submission loses every point of the cells it breaks, perhaps of ``may_also_fail``, no others."""
+        """A wrong submission loses every point of the cells it breaks, perhaps of
+        ``may_also_fail``, no others."""
         lost = failed(graded[name], points)
         assert variant.fails <= lost <= variant.fails | may_also_fail, f"{name} ({variant.why})"
         assert all(graded[name][cell] == 0.0 for cell in lost)
@@ -279,8 +290,9 @@ class Assignment:
         seed_a: str,
         seed_b: str,
     ) -> None:
-        """A memoriser replaying the outputs recorded under ``seed_a`` earns full marks under ``seed_a`` and
-        none under ``seed_b``, failing only on hidden cases (the visible checks do not change with the seed)."""
+        """A memoriser replaying the outputs recorded under ``seed_a`` earns full marks under
+        ``seed_a`` and none under ``seed_b``, failing only on hidden cases (the visible checks do
+        not change with the seed)."""
         for student, seed in (("memorizer_seed_a", seed_a), ("memorizer_seed_b", seed_b)):
             self.submit(course, student, memorizer_cells)
             self.autograde(course, seed, student)
@@ -295,7 +307,8 @@ class Assignment:
     def check_feedback_hides(
         self, course: Path, student: str, default_seed: str, secrets: tuple[str, ...]
     ) -> None:
-        """The feedback of a student who passed the visible checks shows none of the hidden set-up."""
+        """The feedback of a student who passed the visible checks shows none of the hidden
+        set-up."""
         html = self.feedback_html(course, student)
         assert "Visible checks passed." in html
         for secret in ("RLKIT_GRADING_SEED", default_seed, "_hidden_block_rlkit()", *secrets):

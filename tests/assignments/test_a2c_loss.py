@@ -1,9 +1,10 @@
-"""The A2C assignment end to end: nbgrader releases it, autogrades submissions, and the marks tell a correct
-solution from stubs, subtly wrong solutions and calls into rlkit.
+"""The A2C assignment end to end: nbgrader releases it, autogrades submissions, and the marks tell a
+correct solution from stubs, subtly wrong solutions and calls into rlkit.
 
-Everything runs in a temporary copy of notebooks/assignments, never in the repository (see grading.py).
-One module-scoped release and one autograde run serve most tests (a kernel per submission; most of its
-time goes to two short A2C runs on CartPole, a few seconds each); the seed test autogrades twice more.
+Everything runs in a temporary copy of notebooks/assignments, never in the repository (see
+grading.py). One module-scoped release and one autograde run serve most tests (a kernel per
+submission; most of its time goes to two short A2C runs on CartPole, a few seconds each); the seed
+test autogrades twice more.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ POINTS = {TEST_NSTEP: 2.0, TEST_DONES: 2.0, TEST_TRUNC: 1.0, TEST_LOSS: 3.0, TES
 ALL_TESTS = frozenset(POINTS)
 SEED_A, SEED_B = "1001", "2002"
 DEFAULT_SEED = "17320508"  # the default in the hidden set-up; must not reach the students
-THRESHOLD = 100  # the mean return the trained policy must reach, in the visible and the hidden training check
+# the mean return the trained policy must reach, in the visible and the hidden training check
+THRESHOLD = 100
 
 
-# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). -------------------
+# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). ----------------
 
-# (a) The advantages left in the graph: the loss is right, but through the policy loss a gradient reaches
-# whatever the advantages were computed from (the critic, in a loop that computes them with gradients).
+# (a) The advantages left in the graph: the loss is right, but through the policy loss a gradient
+# reaches whatever the advantages were computed from (the critic, in a loop that computes them with
+# gradients).
 ADVANTAGES_NOT_DETACHED = """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
@@ -47,8 +50,9 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus
 """
 
-# (b) Bootstrapping across episode ends: dones ignored, so the return of an episode's last step runs on
-# into the next episode (and V(s_n) of the next episode is added to the one that ended at the last step).
+# (b) Bootstrapping across episode ends: dones ignored, so the return of an episode's last step runs
+# on into the next episode (and V(s_n) of the next episode is added to the one that ended at the
+# last step).
 IGNORES_DONES = """
 def n_step_advantages(rewards, values, dones, last_value, gamma):
     with torch.no_grad():
@@ -66,7 +70,8 @@ def n_step_advantages(rewards, values, dones, last_value, gamma):
 BOOTSTRAPS_AFTER_TERMINATION = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     episode_ends = torch.maximum(terminated, truncated).to(rewards.dtype)
-    bootstrapped = rewards + gamma * torch.where(episode_ends.bool(), final_values, torch.zeros_like(final_values))  # BUG
+    bootstrapped = rewards + gamma * torch.where(episode_ends.bool(), final_values, \
+torch.zeros_like(final_values))  # BUG
     return bootstrapped, episode_ends
 """
 
@@ -77,12 +82,13 @@ def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     return rewards.clone(), episode_ends  # BUG: no gamma * V(s_final) at truncated steps
 """
 
-# (c'') Right for either flag alone, but it bootstraps a step that is both terminated and truncated (the
-# pole fell on the last step the time limit allowed). The visible checks have no such step.
+# (c'') Right for either flag alone, but it bootstraps a step that is both terminated and truncated
+# (the pole fell on the last step the time limit allowed). The visible checks have no such step.
 BOOTSTRAPS_WHEN_BOTH = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     cut_short = truncated  # BUG: truncated * (1 - terminated)
-    bootstrapped = rewards + gamma * torch.where(cut_short.bool(), final_values, torch.zeros_like(final_values))
+    bootstrapped = rewards + gamma * torch.where(cut_short.bool(), final_values, \
+torch.zeros_like(final_values))
     episode_ends = torch.maximum(terminated, truncated).to(rewards.dtype)
     return bootstrapped, episode_ends
 """
@@ -109,7 +115,8 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus
 """
 
-# (f) The policy loss with the wrong sign: gradient descent on it makes dropping the pole more likely.
+# (f) The policy loss with the wrong sign: gradient descent on it makes dropping the pole more
+# likely.
 POLICY_LOSS_SIGN_FLIPPED = """
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
@@ -163,26 +170,27 @@ WRONG = {
         "gradient ascent on the surrogate: the policy learns to drop the pole",
     ),
 }
-# Mistakes that also hurt learning, but not on every seed: they may lose the training cell as well. A critic
-# fitted to the advantages chases a target that moves with it (A = R - V) and is a poor baseline: in 20
-# training runs (seeds 0-19) the policy scored 9 to 192, under 100 in 9 of them. Here the visible run
-# (seed 0) scores 162 and SEED_A's hidden run 84, so it loses the training cell too; on another machine,
-# whose floating-point rounding may differ, either run may go either way.
+# Mistakes that also hurt learning, but not on every seed: they may lose the training cell as well.
+# A critic fitted to the advantages chases a target that moves with it (A = R - V) and is a poor
+# baseline: in 20 training runs (seeds 0-19) the policy scored 9 to 192, under 100 in 9 of them.
+# Here the visible run (seed 0) scores 162 and SEED_A's hidden run 84, so it loses the training cell
+# too; on another machine, whose floating-point rounding may differ, either run may go either way.
 MAY_ALSO_FAIL = {"e_value_loss_on_advantages": frozenset({TEST_TRAIN})}
 # Mistakes that pass every visible check: only the hidden cases catch them.
 HIDDEN_ONLY = ("c_bootstraps_when_both",)
-# Mistakes whose training does not learn: the visible training check already fails, far below the threshold.
-# In 20 training runs each (seeds 0-19), ignoring dones scored at most 46 and bootstrapping after termination
-# at most 66 (both: falling costs nothing); a flipped policy loss scores about 9; the reference, over 120
-# seeds, at least 132.
+# Mistakes whose training does not learn: the visible training check already fails, far below the
+# threshold. In 20 training runs each (seeds 0-19), ignoring dones scored at most 46 and
+# bootstrapping after termination at most 66 (both: falling costs nothing); a flipped policy loss
+# scores about 9; the reference, over 120 seeds, at least 132.
 DO_NOT_LEARN = ("b_ignores_dones", "c_bootstraps_after_termination", "f_policy_loss_sign_flipped")
 
 # ---- Cheats: rlkit's own functions. Each computes the right numbers where rlkit can be imported
-# (test_hidden_references_agree_with_rlkit checks rlkit against the hidden references), so only the guard
-# makes them fail. -------------------------------------------------------------------------------------
+# (test_hidden_references_agree_with_rlkit checks rlkit against the hidden references), so only the
+# guard makes them fail. ---------------------------------------------------------------------------
 
-# gae imported before the guard runs (the first test cell): the guard makes it raise. The A2C loss imported
-# after the guard: the import fails, so a2c_loss is never defined. truncation_bootstrap is the student's own.
+# gae imported before the guard runs (the first test cell): the guard makes it raise. The A2C loss
+# imported after the guard: the import fails, so a2c_loss is never defined. truncation_bootstrap is
+# the student's own.
 CHEAT_IMPORTS = {
     NSTEP: """
 from rlkit.advantages import gae
@@ -197,7 +205,8 @@ from rlkit.a2c import a2c_loss as library_a2c_loss
 
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
-    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, advantages.detach(),
+    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, \
+advantages.detach(),
                                returns.detach(), ent_coef, vf_coef)
     return loss
 """,
@@ -216,7 +225,8 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     from rlkit.a2c import a2c_loss as library_a2c_loss
 
     policy = Categorical(logits=logits)
-    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, advantages.detach(),
+    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, \
+advantages.detach(),
                                returns.detach(), ent_coef, vf_coef)
     return loss
 """,
@@ -237,15 +247,15 @@ CHEATS = {
 }
 
 
-# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record. ----
+# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record.
 
 RECORDED = (NSTEP, TRUNC, LOSS, TRAIN)
 
 
 def recorder(reference: dict[str, str], path: str) -> dict[str, str]:
-    """The reference solution, saving every outermost call's inputs and outputs to ``path`` (torch.save):
-    for the functions, the outputs, and the loss's gradient with respect to each input that requires one;
-    for train_a2c, the trained agent's weights and the history it returned."""
+    """The reference solution, saving every outermost call's inputs and outputs to ``path``
+    (torch.save): for the functions, the outputs, and the loss's gradient with respect to each input
+    that requires one; for train_a2c, the trained agent's weights and the history it returned."""
     preamble = f"""
 import torch
 
@@ -267,17 +277,20 @@ def _recorded_call(function):
         if name == "train_a2c":
             agent, history = out
             weights = {{key: value.detach().clone() for key, value in agent.state_dict().items()}}
-            _recorded.append((name, [list(args), sorted(kwargs.items())], (weights, list(history)), None))
+            _recorded.append((name, [list(args), sorted(kwargs.items())], (weights, \
+list(history)), None))
         else:
             inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in args]
             if isinstance(out, tuple):
                 _recorded.append((name, inputs, tuple(x.detach().clone() for x in out), None))
             else:
-                leaves = [x if isinstance(x, torch.Tensor) and x.requires_grad else None for x in args]
+                leaves = [x if isinstance(x, torch.Tensor) and x.requires_grad else None for x in \
+args]
                 grads = [None] * len(args)
                 if out.requires_grad and any(x is not None for x in leaves):
                     used = [x for x in leaves if x is not None]
-                    found = iter(torch.autograd.grad(out, used, retain_graph=True, allow_unused=True))
+                    found = iter(torch.autograd.grad(out, used, retain_graph=True, \
+allow_unused=True))
                     grads = [None if x is None else next(found) for x in leaves]
                 _recorded.append((name, inputs, out.detach().clone(), grads))
         torch.save(_recorded, _record_path)
@@ -294,8 +307,8 @@ def _recorded_call(function):
 
 
 def memorizer(path: str) -> dict[str, str]:
-    """Correct only on the calls in the record at ``path``, gradients included; zeros (or an untrained
-    agent) for anything else."""
+    """Correct only on the calls in the record at ``path``, gradients included; zeros (or an
+    untrained agent) for anything else."""
     nstep = f'''
 import torch
 
@@ -310,9 +323,11 @@ def _same(a, b):
 
 
 def _replay(name, *args):
-    """The recorded outputs; for the loss, carrying the recorded gradients: out + sum g * (x - x.detach())."""
+    """The recorded outputs; for the loss, carrying the recorded gradients: out + sum g * (x - \
+x.detach())."""
     for seen_name, seen_inputs, out, grads in _table:
-        if seen_name == name and len(seen_inputs) == len(args) and all(_same(a, b) for a, b in zip(seen_inputs, args)):
+        if seen_name == name and len(seen_inputs) == len(args) and all(_same(a, b) for a, b in \
+zip(seen_inputs, args)):
             if isinstance(out, tuple):
                 return tuple(x.clone() for x in out)
             out = out.clone()
@@ -350,12 +365,13 @@ def train_a2c(*args, **kwargs):
     return {NSTEP: nstep, TRUNC: trunc, LOSS: loss, TRAIN: train}
 
 
-# ---- The tests ----------------------------------------------------------------------------------------
+# ---- The tests -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """A copy of notebooks/assignments with the assignment released (the `make assignments` step)."""
+    """A copy of notebooks/assignments with the assignment released (the `make assignments`
+    step)."""
     return ASSIGNMENT.release(tmp_path_factory.mktemp("course") / "assignments")
 
 
@@ -376,8 +392,8 @@ def test_source_notebook_is_stored_clean():
 
 
 def test_hidden_references_agree_with_rlkit():
-    """The hidden tests' hand-written references (run here without the guard) agree with rlkit's gae at
-    lam = 1 and rlkit.a2c.a2c_loss, values and gradients, on the hidden cases of two seeds."""
+    """The hidden tests' hand-written references (run here without the guard) agree with rlkit's gae
+    at lam = 1 and rlkit.a2c.a2c_loss, values and gradients, on the hidden cases of two seeds."""
     torch = pytest.importorskip("torch")
     from torch.distributions import Categorical
 
@@ -452,7 +468,8 @@ def test_some_mistakes_are_caught_only_by_the_hidden_cases(course, graded, name)
 
 @pytest.mark.parametrize("name", DO_NOT_LEARN)
 def test_a_broken_update_does_not_learn(course, graded, name):
-    """The visible training run (seed 0) already fails: the policy drops the pole within about 20 steps."""
+    """The visible training run (seed 0) already fails: the policy drops the pole within about 20
+    steps."""
     message = ASSIGNMENT.errors(course, name)[TEST_TRAIN]
     assert message.startswith(
         "AssertionError: after 500 updates the policy should keep the pole up"
@@ -470,9 +487,10 @@ def test_detaching_the_advantages_is_checked_by_the_critics_gradient(course, gra
 def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, name):
     variant = CHEATS[name]
     assert grading.failed(graded[name], POINTS) == variant.fails, f"{name} ({variant.why})"
-    # They fail because the guard stopped rlkit (which the kernel can import), not for another reason:
-    # the guard's RuntimeError (bound before it ran) or ImportError (imported after, or at call time), or a
-    # NameError because the solution cell that should have defined the function stopped at the ImportError.
+    # They fail because the guard stopped rlkit (which the kernel can import), not for another
+    # reason: the guard's RuntimeError (bound before it ran) or ImportError (imported after, or at
+    # call time), or a NameError because the solution cell that should have defined the function
+    # stopped at the ImportError.
     errors = ASSIGNMENT.errors(course, name)
     for cell in variant.fails:
         message = errors.get(cell, "")
@@ -486,7 +504,8 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
-    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under SEED_B."""
+    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under
+    SEED_B."""
     assert (course / "record.pt").exists()
     memorizer_cells = memorizer(str(course / "record.pt"))
     ASSIGNMENT.check_memorizer_needs_the_seed(course, memorizer_cells, POINTS, SEED_A, SEED_B)

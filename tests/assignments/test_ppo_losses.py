@@ -1,10 +1,10 @@
-"""The PPO-losses assignment end to end: nbgrader releases it, autogrades submissions, and the marks tell a
-correct solution from stubs, subtly wrong solutions and calls into rlkit.
+"""The PPO-losses assignment end to end: nbgrader releases it, autogrades submissions, and the marks
+tell a correct solution from stubs, subtly wrong solutions and calls into rlkit.
 
-Everything runs in a temporary copy of notebooks/assignments, never in the repository (see grading.py).
-One module-scoped release and one autograde run serve most tests (a kernel per submission; most of its
-time goes to starting the kernel and to six short PPO runs on a contextual bandit, under a second each);
-the seed test autogrades twice more.
+Everything runs in a temporary copy of notebooks/assignments, never in the repository (see
+grading.py). One module-scoped release and one autograde run serve most tests (a kernel per
+submission; most of its time goes to starting the kernel and to six short PPO runs on a contextual
+bandit, under a second each); the seed test autogrades twice more.
 """
 
 from __future__ import annotations
@@ -31,16 +31,19 @@ POINTS = {TEST_POLICY: 3.0, TEST_VALUE: 2.0, TEST_DIAG: 1.0, TEST_LOSS: 2.0, TES
 ALL_TESTS = frozenset(POINTS)
 SEED_A, SEED_B = "1001", "2002"
 DEFAULT_SEED = "22360679"  # the default in the hidden set-up; must not reach the students
-KL_LIMIT = 0.1  # how far (KL) 40 epochs on one batch may move the policy, in the visible and the hidden training check
+# how far (KL) 40 epochs on one batch may move the policy, in the visible and the hidden
+# training check
+KL_LIMIT = 0.1
 
-# ppo_loss is made of the functions of Parts 1 and 2, so a mistake in them costs test_ppo_loss as well, and
-# the training cell where the training runs notice it: training uses clip_eps = 0.2, no mask, no value
-# clipping and no entropy bonus, and never calls the diagnostics.
+# ppo_loss is made of the functions of Parts 1 and 2, so a mistake in them costs test_ppo_loss as
+# well, and the training cell where the training runs notice it: training uses clip_eps = 0.2, no
+# mask, no value clipping and no entropy bonus, and never calls the diagnostics.
 
 
-# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). -------------------
+# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). ----------------
 
-# Part 1's cell holds three functions; the mistakes below are in clipped_policy_loss unless marked otherwise.
+# Part 1's cell holds three functions; the mistakes below are in clipped_policy_loss unless marked
+# otherwise.
 HELPERS = """
 def masked_mean(x, mask=None):
     if mask is None:
@@ -53,8 +56,9 @@ def probability_ratio(logprobs, old_logprobs):
     return torch.exp(logprobs - old_logprobs.detach())
 """
 
-# (a) The optimistic bound: min of the negated terms (max of the surrogates). Where the ratio has left the
-# range on the side its advantage favours, the unclipped term wins and keeps pulling: no trust region.
+# (a) The optimistic bound: min of the negated terms (max of the surrogates). Where the ratio has
+# left the range on the side its advantage favours, the unclipped term wins and keeps pulling: no
+# trust region.
 MIN_INSTEAD_OF_MAX = (
     HELPERS
     + """
@@ -64,7 +68,8 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     ratio = probability_ratio(logprobs, old_logprobs)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    return masked_mean(torch.minimum(unclipped, clipped), mask)  # BUG: torch.maximum, the pessimistic bound
+    return masked_mean(torch.minimum(unclipped, clipped), mask)  # BUG: torch.maximum, the \
+pessimistic bound
 """
 )
 
@@ -77,13 +82,15 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     advantages = advantages.detach()
     ratio = probability_ratio(logprobs, old_logprobs)
     unclipped = -advantages * ratio
-    clipped = -torch.clamp(advantages, 1.0 - clip_eps, 1.0 + clip_eps) * ratio  # BUG: clip the ratio, not A
+    clipped = -torch.clamp(advantages, 1.0 - clip_eps, 1.0 + clip_eps) * ratio  # BUG: clip the \
+ratio, not A
     return masked_mean(torch.maximum(unclipped, clipped), mask)
 """
 )
 
-# (c) The log-ratio used as the ratio: 0, not 1, at the start, so the clip range [1 - eps, 1 + eps] is
-# reached only after the log-probability of an action has risen by 1 - eps (its probability x 2.2).
+# (c) The log-ratio used as the ratio: 0, not 1, at the start, so the clip range [1 - eps, 1 + eps]
+# is reached only after the log-probability of an action has risen by 1 - eps (its probability x
+# 2.2).
 RATIO_NOT_EXPONENTIATED = (
     HELPERS
     + """
@@ -97,9 +104,9 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
 """
 )
 
-# (d) old_logprobs not detached (in probability_ratio): right values, but a gradient flows into pi_old; and
-# where the old log-probabilities are the new ones (one step per batch), the ratio is exp(0) for every
-# parameter, and the policy's gradient is 0.
+# (d) old_logprobs not detached (in probability_ratio): right values, but a gradient flows into
+# pi_old; and where the old log-probabilities are the new ones (one step per batch), the ratio is
+# exp(0) for every parameter, and the policy's gradient is 0.
 OLD_LOGPROBS_NOT_DETACHED = """
 def masked_mean(x, mask=None):
     if mask is None:
@@ -134,8 +141,8 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
 """
 )
 
-# (f) The default clip range written in: right at clip_eps = 0.2, which is all the visible checks and the
-# training runs use.
+# (f) The default clip range written in: right at clip_eps = 0.2, which is all the visible checks
+# and the training runs use.
 HARD_CODED_CLIP_RANGE = (
     HELPERS
     + """
@@ -149,7 +156,8 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
 """
 )
 
-# (g) The surrogate itself, not its negative: gradient descent on it makes the worst arms more likely.
+# (g) The surrogate itself, not its negative: gradient descent on it makes the worst arms more
+# likely.
 SURROGATE_NOT_NEGATED = (
     HELPERS
     + """
@@ -157,26 +165,28 @@ SURROGATE_NOT_NEGATED = (
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
     ratio = probability_ratio(logprobs, old_logprobs)
-    surrogate = torch.minimum(advantages * ratio, advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps))
+    surrogate = torch.minimum(advantages * ratio, advantages * torch.clamp(ratio, 1.0 - clip_eps, \
+1.0 + clip_eps))
     return masked_mean(surrogate, mask)  # BUG: -masked_mean(...), a loss to minimise
 """
 )
 
-# (h) The value clipped around the new value: V_old pulled to within eps of V, instead of V kept within
-# eps of V_old.
+# (h) The value clipped around the new value: V_old pulled to within eps of V, instead of V kept
+# within eps of V_old.
 VALUE_CLIPPED_AROUND_NEW_VALUE = """
 def clipped_value_loss(values, old_values, returns, clip_eps=0.2, mask=None):
     returns = returns.detach()
     squared_error = (values - returns) ** 2
     if clip_eps is not None:
         old_values = old_values.detach()
-        clipped_values = torch.clamp(old_values, values - clip_eps, values + clip_eps)  # BUG: V_old + clip(V - V_old)
+        clipped_values = torch.clamp(old_values, values - clip_eps, values + clip_eps)  # BUG: \
+V_old + clip(V - V_old)
         squared_error = torch.maximum(squared_error, (clipped_values - returns) ** 2)
     return 0.5 * masked_mean(squared_error, mask)
 """
 
-# (i) k3 with the log-ratio's sign flipped: (1/r - 1) + log r, k3 of KL(pi || pi_old), which needs samples of
-# pi; the batch holds pi_old's.
+# (i) k3 with the log-ratio's sign flipped: (1/r - 1) + log r, k3 of KL(pi || pi_old), which needs
+# samples of pi; the batch holds pi_old's.
 KL_WRONG_DIRECTION = """
 def clip_fraction(logprobs, old_logprobs, clip_eps=0.2, mask=None):
     with torch.no_grad():
@@ -211,7 +221,8 @@ def ppo_loss(logits, actions, old_logprobs, values, old_values, advantages, retu
     policy = Categorical(logits=logits)
     if normalize:
         advantages = normalize_advantages(advantages.detach(), mask)
-    policy_loss = clipped_policy_loss(policy.log_prob(actions), old_logprobs, advantages, clip_eps, mask)
+    policy_loss = clipped_policy_loss(policy.log_prob(actions), old_logprobs, advantages, \
+clip_eps, mask)
     value_loss = clipped_value_loss(values, old_values, returns, value_clip_eps, mask)
     entropy_bonus = masked_mean(policy.entropy(), mask)
     {total}
@@ -226,7 +237,8 @@ ENTROPY_SIGN_FLIPPED = NORMALIZE + _ppo_loss(
 # (k) The advantages normalised over every entry, padding included.
 NORMALIZES_OVER_PADDING = """
 def normalize_advantages(advantages, mask=None, eps=1e-8):
-    normalized = (advantages - advantages.mean()) / torch.sqrt(advantages.var() + eps)  # BUG: padding counted
+    normalized = (advantages - advantages.mean()) / torch.sqrt(advantages.var() + eps)  # BUG: \
+padding counted
     return normalized if mask is None else normalized * mask.to(advantages.dtype)
 """ + _ppo_loss("return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus")
 
@@ -291,21 +303,23 @@ WRONG = {
 }
 # Mistakes that pass every visible check: only the hidden cases catch them.
 HIDDEN_ONLY = ("f_hard_coded_clip_range",)
-# Mistakes without a trust region: the visible training check's 40 epochs on one batch move the policy by a
-# KL far over KL_LIMIT (visible run: 1.28, 1.08 and 0.30; the reference 0.044). Over 230 other bandits and
-# training seeds (bandit seeds 1000-1229, training seeds 0-229), the reference moved it by 0.050 at most, and
-# the log-ratio as the ratio by 0.205 or more; over the first 30 of them, min instead of max by 1.17 or more
-# and clipped advantages by 0.82 or more. The reference also passed the other two checks on all 230, closing
-# at least 79% of the gap in 10 iterations (limit 60%) and 87% with one step per batch (limit 50%).
+# Mistakes without a trust region: the visible training check's 40 epochs on one batch move the
+# policy by a KL far over KL_LIMIT (visible run: 1.28, 1.08 and 0.30; the reference 0.044). Over 230
+# other bandits and training seeds (bandit seeds 1000-1229, training seeds 0-229), the reference
+# moved it by 0.050 at most, and the log-ratio as the ratio by 0.205 or more; over the first 30 of
+# them, min instead of max by 1.17 or more and clipped advantages by 0.82 or more. The reference
+# also passed the other two checks on all 230, closing at least 79% of the gap in 10 iterations
+# (limit 60%) and 87% with one step per batch (limit 50%).
 RUN_OFF = ("a_min_instead_of_max", "b_clips_the_advantages", "c_ratio_not_exponentiated")
 
 # ---- Cheats: rlkit's own functions. Each computes the right numbers where rlkit can be imported
-# (test_hidden_references_agree_with_rlkit checks rlkit against the hidden references), so only the guard
-# makes them fail. -------------------------------------------------------------------------------------
+# (test_hidden_references_agree_with_rlkit checks rlkit against the hidden references), so only the
+# guard makes them fail. ---------------------------------------------------------------------------
 
-# masked_mean and the policy loss imported before the guard runs (the first test cell): the guard makes them
-# raise, in every cell that uses them (normalize_advantages calls masked_mean). The value loss and the
-# diagnostics imported after the guard: the imports fail, so those functions are never defined.
+# masked_mean and the policy loss imported before the guard runs (the first test cell): the guard
+# makes them raise, in every cell that uses them (normalize_advantages calls masked_mean). The value
+# loss and the diagnostics imported after the guard: the imports fail, so those functions are never
+# defined.
 CHEAT_IMPORTS = {
     POLICY: """
 from rlkit.losses import clipped_policy_loss, masked_mean
@@ -380,7 +394,7 @@ CHEATS = {
 }
 
 
-# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record. ----
+# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record.
 
 # The functions each solution cell defines, in the order they are defined.
 RECORDED = {
@@ -392,10 +406,11 @@ RECORDED = {
 
 
 def recorder(reference: dict[str, str], folder: str) -> dict[str, str]:
-    """The reference solution, saving every outermost call (one file per call, in ``folder``): its inputs,
-    its output, and the gradient of the output's sum with respect to each input that requires one (the
-    gradient of a loss; for the elementwise probability_ratio, the derivative of each entry). The training
-    runs call ppo_loss a few hundred times each; a file per call keeps the saving linear."""
+    """The reference solution, saving every outermost call (one file per call, in ``folder``): its
+    inputs, its output, and the gradient of the output's sum with respect to each input that
+    requires one (the gradient of a loss; for the elementwise probability_ratio, the derivative of
+    each entry). The training runs call ppo_loss a few hundred times each; a file per call keeps the
+    saving linear."""
     preamble = f"""
 import os
 
@@ -425,15 +440,18 @@ def _recorded_call(function):
         grads = [None] * len(inputs)
         seen = set()
         wanted = []
-        for i, x in enumerate(inputs):  # a tensor passed twice (old_values = values) gets its gradient once
+        for i, x in enumerate(inputs):  # a tensor passed twice (old_values = values) gets its \
+gradient once
             if isinstance(x, torch.Tensor) and x.requires_grad and id(x) not in seen:
                 seen.add(id(x))
                 wanted.append(i)
         if isinstance(out, torch.Tensor) and out.requires_grad and wanted:
-            found = torch.autograd.grad(out.sum(), [inputs[i] for i in wanted], retain_graph=True, allow_unused=True)
+            found = torch.autograd.grad(out.sum(), [inputs[i] for i in wanted], retain_graph=True, \
+allow_unused=True)
             for i, g in zip(wanted, found):
                 grads[i] = g
-        entry = (function.__name__, [_copy(a) for a in args], {{k: _copy(v) for k, v in kwargs.items()}},
+        entry = (function.__name__, [_copy(a) for a in args], {{k: _copy(v) for k, v in \
+kwargs.items()}},
                  _copy(out), dict(zip(names, grads)))
         torch.save(entry, os.path.join(_record_folder, f"{{_count[0]:07d}}.pt"))
         _count[0] += 1
@@ -454,8 +472,8 @@ def _recorded_call(function):
 
 
 def memorizer(folder: str) -> dict[str, str]:
-    """Correct only on the calls in the record in ``folder``, gradients included; zeros (or ones) for
-    anything else, and a loss with a zero gradient."""
+    """Correct only on the calls in the record in ``folder``, gradients included; zeros (or ones)
+    for anything else, and a loss with a zero gradient."""
     policy = f'''
 import os
 
@@ -475,12 +493,14 @@ def _call_key(name, args, kwargs):
 
 _table = {{}}
 for _file in sorted(os.listdir({folder!r})):
-    _name, _args, _kwargs, _out, _grads = torch.load(os.path.join({folder!r}, _file), weights_only=False)
+    _name, _args, _kwargs, _out, _grads = torch.load(os.path.join({folder!r}, _file), \
+weights_only=False)
     _table.setdefault(_call_key(_name, _args, _kwargs), (_out, _grads))
 
 
 def _replay(name, args, kwargs):
-    """The recorded output, carrying the recorded gradients: out + g * (x - x.detach()) (summed for a scalar)."""
+    """The recorded output, carrying the recorded gradients: out + g * (x - x.detach()) (summed \
+for a scalar)."""
     hit = _table.get(_call_key(name, args, kwargs))
     if hit is None:
         return None
@@ -539,12 +559,13 @@ def ppo_loss(*args, **kwargs):
     return {POLICY: policy, VALUE: value, DIAG: diag, LOSS: loss}
 
 
-# ---- The tests ----------------------------------------------------------------------------------------
+# ---- The tests -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """A copy of notebooks/assignments with the assignment released (the `make assignments` step)."""
+    """A copy of notebooks/assignments with the assignment released (the `make assignments`
+    step)."""
     return ASSIGNMENT.release(tmp_path_factory.mktemp("course") / "assignments")
 
 
@@ -565,7 +586,8 @@ def test_source_notebook_is_stored_clean():
 
 
 def _hidden_setup() -> dict:
-    """The namespace of the hidden set-up (the first test cell's hidden part), run here without the guard."""
+    """The namespace of the hidden set-up (the first test cell's hidden part), run here without the
+    guard."""
     nb = grading.nbformat.read(ASSIGNMENT.source, as_version=4)
     setup = next(
         c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == TEST_POLICY
@@ -581,10 +603,10 @@ def _hidden_setup() -> dict:
 
 
 def test_hidden_references_agree_with_rlkit():
-    """The hidden tests' hand-written references (run here without the guard) agree with rlkit.losses
-    (masked_mean, clipped_policy_loss, clipped_value_loss, clip_fraction, approx_kl, masked_whiten, and the
-    PPO loss made of them) and, on the cases without a mask, with rlkit.ppo.ppo_loss itself: values and
-    gradients, on the hidden cases of two seeds."""
+    """The hidden tests' hand-written references (run here without the guard) agree with
+    rlkit.losses (masked_mean, clipped_policy_loss, clipped_value_loss, clip_fraction, approx_kl,
+    masked_whiten, and the PPO loss made of them) and, on the cases without a mask, with
+    rlkit.ppo.ppo_loss itself: values and gradients, on the hidden cases of two seeds."""
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
@@ -693,9 +715,9 @@ def test_hidden_references_agree_with_rlkit():
 
 
 def test_hidden_cases_cover_the_edges():
-    """The hidden cases hold what the mistakes need: flat and padded batches (rows of different lengths,
-    padding full of garbage), clip ranges other than 0.2, ratios clipped on both sides with advantages of
-    both signs, no value clipping and value clipping, and each coefficient at 0."""
+    """The hidden cases hold what the mistakes need: flat and padded batches (rows of different
+    lengths, padding full of garbage), clip ranges other than 0.2, ratios clipped on both sides with
+    advantages of both signs, no value clipping and value clipping, and each coefficient at 0."""
     torch = pytest.importorskip("torch")
     namespace = _hidden_setup()
     namespace["GRADING_SEED"] = int(SEED_A)
@@ -743,8 +765,8 @@ def test_some_mistakes_are_caught_only_by_the_hidden_cases(course, graded, name)
 
 @pytest.mark.parametrize("name", RUN_OFF)
 def test_without_a_trust_region_one_batch_moves_the_policy_too_far(course, graded, name):
-    """The visible training check already fails: 40 epochs on one batch move the policy by a KL more than
-    twice the limit."""
+    """The visible training check already fails: 40 epochs on one batch move the policy by a KL more
+    than twice the limit."""
     message = ASSIGNMENT.errors(course, name)[TEST_TRAIN]
     assert message.startswith(
         "AssertionError: after 40 epochs on one batch the policy moved by KL = "
@@ -762,8 +784,9 @@ def test_the_surrogate_with_the_wrong_sign_makes_the_policy_worse(course, graded
 
 
 def test_detaching_old_logprobs_is_checked_by_their_gradient_and_by_training(course, graded):
-    """The visible checks catch the gradient into old_logprobs; with one step per batch, where the old
-    log-probabilities are those of the same forward pass, the policy's gradient is 0 and nothing is learned."""
+    """The visible checks catch the gradient into old_logprobs; with one step per batch, where the
+    old log-probabilities are those of the same forward pass, the policy's gradient is 0 and nothing
+    is learned."""
     errors = ASSIGNMENT.errors(course, "d_old_logprobs_not_detached")
     assert "a gradient flows into old_logprobs" in errors[TEST_POLICY], errors[TEST_POLICY]
     assert "a gradient flows into old_logprobs" in errors[TEST_LOSS], errors[TEST_LOSS]
@@ -778,9 +801,10 @@ def test_detaching_old_logprobs_is_checked_by_their_gradient_and_by_training(cou
 def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, name):
     variant = CHEATS[name]
     assert grading.failed(graded[name], POINTS) == variant.fails, f"{name} ({variant.why})"
-    # They fail because the guard stopped rlkit (which the kernel can import), not for another reason:
-    # the guard's RuntimeError (bound before it ran) or ImportError (imported after, or at call time), or a
-    # NameError because the solution cell that should have defined the function stopped at the ImportError.
+    # They fail because the guard stopped rlkit (which the kernel can import), not for another
+    # reason: the guard's RuntimeError (bound before it ran) or ImportError (imported after, or at
+    # call time), or a NameError because the solution cell that should have defined the function
+    # stopped at the ImportError.
     errors = ASSIGNMENT.errors(course, name)
     for cell in variant.fails:
         message = errors.get(cell, "")
@@ -797,7 +821,8 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
-    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under SEED_B."""
+    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under
+    SEED_B."""
     assert any((course / "record").iterdir())
     memorizer_cells = memorizer(str(course / "record"))
     ASSIGNMENT.check_memorizer_needs_the_seed(course, memorizer_cells, POINTS, SEED_A, SEED_B)

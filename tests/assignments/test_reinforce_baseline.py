@@ -1,9 +1,11 @@
-"""The REINFORCE-with-a-baseline assignment end to end: nbgrader releases it, autogrades submissions, and
-the marks tell a correct solution from stubs, subtly wrong solutions and calls into rlkit.
+"""The REINFORCE-with-a-baseline assignment end to end: nbgrader releases it, autogrades
+submissions, and the marks tell a correct solution from stubs, subtly wrong solutions and calls into
+rlkit.
 
-Everything runs in a temporary copy of notebooks/assignments, never in the repository (see grading.py).
-One module-scoped release and one autograde run serve most tests (a kernel per submission; most of its
-time goes to two short REINFORCE runs on CartPole, a few seconds each); the seed test autogrades twice more.
+Everything runs in a temporary copy of notebooks/assignments, never in the repository (see
+grading.py). One module-scoped release and one autograde run serve most tests (a kernel per
+submission; most of its time goes to two short REINFORCE runs on CartPole, a few seconds each); the
+seed test autogrades twice more.
 """
 
 from __future__ import annotations
@@ -32,17 +34,18 @@ SEED_A, SEED_B = "1001", "2002"
 DEFAULT_SEED = "14142135"  # the default in the hidden set-up; must not reach the students
 
 
-# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). -------------------
+# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). ----------------
 
-# (a) The baseline left in the graph: the loss and its gradient with respect to logprobs are right, but a
-# gradient flows into the value network through the policy loss.
+# (a) The baseline left in the graph: the loss and its gradient with respect to logprobs are right,
+# but a gradient flows into the value network through the policy loss.
 BASELINE_NOT_DETACHED = """
 def reinforce_loss(logprobs, returns, values, mask):
     advantages = returns - values  # BUG: not detached
     return -(mask * advantages * logprobs).sum() / mask.shape[0]
 """
 
-# (b) The mean over valid steps (the token mean of the LLM chapters) where REINFORCE divides by episodes.
+# (b) The mean over valid steps (the token mean of the LLM chapters) where REINFORCE divides by
+# episodes.
 DIVIDES_BY_STEPS = """
 def reinforce_loss(logprobs, returns, values, mask):
     advantages = (returns - values).detach()
@@ -70,13 +73,14 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     returns = torch.zeros_like(rewards)
     following = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.shape[1])):
-        following = mask[:, t] * (rewards[:, t] + gamma * (1.0 - episode_ends[:, t]) * following)  # BUG: no bootstrap
+        following = mask[:, t] * (rewards[:, t] + gamma * (1.0 - episode_ends[:, t]) * following)  \
+# BUG: no bootstrap
         returns[:, t] = following
     return returns
 """
 
-# (c'') Right for either flag alone, but it bootstraps a step that is both terminated and truncated (the pole
-# fell on the last step the time limit allowed). The visible checks have no such step.
+# (c'') Right for either flag alone, but it bootstraps a step that is both terminated and truncated
+# (the pole fell on the last step the time limit allowed). The visible checks have no such step.
 BOOTSTRAPS_WHEN_BOTH = """
 def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     bootstrap = truncated * final_values[:, None]  # BUG: truncated * (1 - terminated)
@@ -90,7 +94,8 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     return returns
 """
 
-# (d) The masked (autoreset and padding) steps counted in the baseline's mean: zeroed, but in the count.
+# (d) The masked (autoreset and padding) steps counted in the baseline's mean: zeroed, but in the
+# count.
 VALUE_LOSS_COUNTS_MASKED_STEPS = """
 def value_loss(values, returns, mask):
     return (mask * (values - returns) ** 2).mean()  # BUG: / mask.sum()
@@ -103,15 +108,17 @@ def reinforce_loss(logprobs, returns, values, mask):
     return (mask * advantages * logprobs).sum() / mask.shape[0]  # BUG: no minus sign
 """
 
-# (f) In the training loop, the log-probabilities of freshly sampled actions instead of the actions taken:
-# the functions are right, the gradient is noise.
+# (f) In the training loop, the log-probabilities of freshly sampled actions instead of the actions
+# taken: the functions are right, the gradient is noise.
 LOGPROBS_OF_RESAMPLED_ACTIONS = """
-def train_reinforce(env_id="CartPole-v1", updates=30, episodes_per_update=16, gamma=0.99, learning_rate=0.02,
+def train_reinforce(env_id="CartPole-v1", updates=30, episodes_per_update=16, gamma=0.99, \
+learning_rate=0.02,
                     value_learning_rate=0.01, value_epochs=10, hidden_size=32, seed=0):
     torch.manual_seed(seed)
     envs = make_envs(env_id, episodes_per_update)
     obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
-    policy = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, n_actions))
+    policy = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, \
+n_actions))
     value = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, 1))
     policy_optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
     value_optimizer = torch.optim.Adam(value.parameters(), lr=value_learning_rate)
@@ -120,7 +127,8 @@ def train_reinforce(env_id="CartPole-v1", updates=30, episodes_per_update=16, ga
         batch = collect_episodes(envs, policy, seed=seed if update == 0 else None)
         with torch.no_grad():
             final_values = value(batch.final_obs).squeeze(-1)
-        G = reward_to_go(batch.rewards, batch.mask, batch.terminated, batch.truncated, final_values, gamma)
+        G = reward_to_go(batch.rewards, batch.mask, batch.terminated, batch.truncated, \
+final_values, gamma)
         distribution = Categorical(logits=policy(batch.obs))
         taken = distribution.log_prob(distribution.sample())  # BUG: batch.actions
         policy_loss = reinforce_loss(taken, G, value(batch.obs).squeeze(-1), batch.mask)
@@ -178,18 +186,19 @@ WRONG = {
         "correct functions, but the gradient of other actions' log-probabilities",
     ),
 }
-# Mistakes that also hurt learning, but not on every seed: they may lose the training cell as well. Adding
-# gamma * V(s_final) after a fall hides the cost of falling; in 18 training runs of 30 updates the policy
-# scored 60.9 once (under 100: the check fails) and 136 to 200 otherwise. Run on another machine, whose
-# floating-point rounding may differ, the runs of a seed may go either way.
+# Mistakes that also hurt learning, but not on every seed: they may lose the training cell as well.
+# Adding gamma * V(s_final) after a fall hides the cost of falling; in 18 training runs of 30
+# updates the policy scored 60.9 once (under 100: the check fails) and 136 to 200 otherwise. Run on
+# another machine, whose floating-point rounding may differ, the runs of a seed may go either way.
 MAY_ALSO_FAIL = {"c_bootstraps_after_termination": frozenset({TEST_TRAIN})}
 # Mistakes that pass every visible check: only the hidden cases catch them.
 HIDDEN_ONLY = ("c_bootstraps_when_both",)
 # Mistakes whose gradient does not learn: the visible training check already fails.
 DO_NOT_LEARN = ("e_loss_sign_flipped", "f_logprobs_of_resampled_actions")
 
-# ---- A cheat: rlkit's own functions, reached three ways. Each computes the right numbers where rlkit can
-# be imported (checked against the hidden references by hand), so only the guard makes them fail. -------
+# ---- A cheat: rlkit's own functions, reached three ways. Each computes the right numbers where
+# rlkit can be imported (checked against the hidden references by hand), so only the guard makes
+# them fail. ---------------------------------------------------------------------------------------
 
 CHEATS = {
     "cheat_calls_rlkit": Variant(
@@ -226,15 +235,15 @@ def value_loss(values, returns, mask):
 }
 
 
-# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record. ----
+# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record.
 
 RECORDED = (RTG, LOSS, VLOSS, TRAIN)
 
 
 def recorder(reference: dict[str, str], path: str) -> dict[str, str]:
-    """The reference solution, saving every outermost call's inputs and outputs to ``path`` (torch.save):
-    for the functions, the output and its gradient with respect to each input that requires one; for
-    train_reinforce, the networks and the history it returned."""
+    """The reference solution, saving every outermost call's inputs and outputs to ``path``
+    (torch.save): for the functions, the output and its gradient with respect to each input that
+    requires one; for train_reinforce, the networks and the history it returned."""
     preamble = f"""
 import torch
 
@@ -330,12 +339,13 @@ def train_reinforce(*args, **kwargs):
     return {RTG: rtg, LOSS: loss, VLOSS: vloss, TRAIN: train}
 
 
-# ---- The tests ----------------------------------------------------------------------------------------
+# ---- The tests -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """A copy of notebooks/assignments with the assignment released (the `make assignments` step)."""
+    """A copy of notebooks/assignments with the assignment released (the `make assignments`
+    step)."""
     return ASSIGNMENT.release(tmp_path_factory.mktemp("course") / "assignments")
 
 
@@ -376,7 +386,8 @@ def test_some_mistakes_are_caught_only_by_the_hidden_cases(course, graded, name)
 
 @pytest.mark.parametrize("name", DO_NOT_LEARN)
 def test_a_broken_gradient_does_not_learn(course, graded, name):
-    """The visible training run (seed 0) already fails: the policy drops the pole within about 20 steps."""
+    """The visible training run (seed 0) already fails: the policy drops the pole within about 20
+    steps."""
     message = ASSIGNMENT.errors(course, name)[TEST_TRAIN]
     assert message.startswith(
         "AssertionError: after 30 updates the policy should keep the pole up"
@@ -394,9 +405,10 @@ def test_detaching_the_baseline_is_checked_by_its_gradient(course, graded):
 def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, name):
     variant = CHEATS[name]
     assert grading.failed(graded[name], POINTS) == variant.fails, f"{name} ({variant.why})"
-    # They fail because the guard stopped rlkit (which the kernel can import), not for another reason:
-    # the guard's RuntimeError (bound before it ran) or ImportError (imported after, or at call time), or a
-    # NameError because the solution cell that should have defined the function stopped at the ImportError.
+    # They fail because the guard stopped rlkit (which the kernel can import), not for another
+    # reason: the guard's RuntimeError (bound before it ran) or ImportError (imported after, or at
+    # call time), or a NameError because the solution cell that should have defined the function
+    # stopped at the ImportError.
     errors = ASSIGNMENT.errors(course, name)
     assert grading.blocked(errors.get(LOSS, "")), "the import after the guard must fail"
     for cell in variant.fails:
@@ -409,7 +421,8 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
-    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under SEED_B."""
+    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under
+    SEED_B."""
     assert (course / "record.pt").exists()
     memorizer_cells = memorizer(str(course / "record.pt"))
     ASSIGNMENT.check_memorizer_needs_the_seed(course, memorizer_cells, POINTS, SEED_A, SEED_B)

@@ -1,9 +1,9 @@
 """The returns-and-GAE assignment end to end: nbgrader releases it, autogrades submissions, and the
 marks tell a correct solution from stubs, subtly wrong solutions and calls into rlkit.
 
-Everything runs in a temporary copy of notebooks/assignments, never in the repository (see grading.py).
-One module-scoped release and one autograde run serve most tests (a kernel per submission, a few seconds
-each); the seed test autogrades twice more.
+Everything runs in a temporary copy of notebooks/assignments, never in the repository (see
+grading.py). One module-scoped release and one autograde run serve most tests (a kernel per
+submission, a few seconds each); the seed test autogrades twice more.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ DEFAULT_SEED = "2718281"  # the default in the hidden set-up; must not reach the
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """A copy of notebooks/assignments with the assignment released (the `make assignments` step)."""
+    """A copy of notebooks/assignments with the assignment released (the `make assignments`
+    step)."""
     return ASSIGNMENT.release(tmp_path_factory.mktemp("course") / "assignments")
 
 
@@ -61,9 +62,9 @@ def test_wrong_solution_loses_exactly_the_cells_it_breaks(graded, name):
 def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, name):
     variant = v.CHEATS[name]
     assert grading.failed(graded[name], POINTS) == variant.fails, f"{name} ({variant.why})"
-    # They fail because the guard stopped rlkit (which the kernel can import), not for another reason:
-    # a test cell shows the guard's error, or a NameError because its solution cell did (an import of
-    # rlkit that runs after the first test cell).
+    # They fail because the guard stopped rlkit (which the kernel can import), not for another
+    # reason: a test cell shows the guard's error, or a NameError because its solution cell did (an
+    # import of rlkit that runs after the first test cell).
     errs = ASSIGNMENT.errors(course, name)
     solution_blocked = any(
         grading.blocked(errs.get(cell, "")) for cell in (v.RETURNS_CELL, v.GAE_CELL)
@@ -76,7 +77,8 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
-    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under SEED_B."""
+    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under
+    SEED_B."""
     assert (course / "record.pt").exists()
     memorizer_cells = v.memorizer(str(course / "record.pt"))
     ASSIGNMENT.check_memorizer_needs_the_seed(course, memorizer_cells, POINTS, SEED_A, SEED_B)

@@ -1,9 +1,11 @@
 """The value-iteration and Q-learning assignment end to end: nbgrader releases it, autogrades
-submissions, and the marks tell a correct solution from stubs, subtly wrong solutions and calls into rlkit.
+submissions, and the marks tell a correct solution from stubs, subtly wrong solutions and calls into
+rlkit.
 
-Everything runs in a temporary copy of notebooks/assignments, never in the repository (see grading.py).
-One module-scoped release and one autograde run serve most tests (a kernel per submission, a few seconds
-each, most of it two short Q-learning runs on CliffWalking); the seed test autogrades twice more.
+Everything runs in a temporary copy of notebooks/assignments, never in the repository (see
+grading.py). One module-scoped release and one autograde run serve most tests (a kernel per
+submission, a few seconds each, most of it two short Q-learning runs on CliffWalking); the seed test
+autogrades twice more.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ SEED_A, SEED_B = "1001", "2002"
 DEFAULT_SEED = "16180339"  # the default in the hidden set-up; must not reach the students
 
 
-# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). -------------------
+# ---- Subtly wrong solutions: each is the reference with one mistake (marked BUG). ----------------
 
 # (a) The mean over actions instead of the max: policy evaluation of the uniform random policy.
 MEAN_OVER_ACTIONS = """
@@ -59,7 +61,8 @@ def q_learning_update(Q, s, a, r, s_next, terminated, alpha, gamma):
     return Q
 """
 
-# (c) SARSA's target: the value of the next action an epsilon-greedy policy would take, not the best.
+# (c) SARSA's target: the value of the next action an epsilon-greedy policy would take, not the
+# best.
 SARSA_TARGET = """
 _explore = np.random.default_rng(0)
 
@@ -75,13 +78,15 @@ def q_learning_update(Q, s, a, r, s_next, terminated, alpha, gamma, epsilon=0.1)
     return Q
 """
 
-# (d) Terminal values never zeroed: value iteration with its own backup, which forgets terminal states.
-# FrozenLake's terminal states loop to themselves with reward 0, so there it changes nothing.
+# (d) Terminal values never zeroed: value iteration with its own backup, which forgets terminal
+# states. FrozenLake's terminal states loop to themselves with reward 0, so there it changes
+# nothing.
 VI_KEEPS_TERMINAL_VALUES = """
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     V = np.zeros(R.shape[0])
     while True:
-        V_next = (R + gamma * (P @ V)).max(axis=1)  # BUG: terminal states keep what P and R give them
+        V_next = (R + gamma * (P @ V)).max(axis=1)  # BUG: terminal states keep what P and R give \
+them
         converged = np.max(np.abs(V_next - V)) < tol
         V = V_next
         if converged:
@@ -106,7 +111,8 @@ def q_learning(env, episodes, alpha, gamma, epsilon, seed):
             action = epsilon_greedy(Q[state], epsilon, rng)
             next_state, reward, terminated, truncated, _ = env.step(action)
             ended = terminated or truncated
-            q_learning_update(Q, state, action, reward, next_state, ended, alpha, gamma)  # BUG: terminated
+            q_learning_update(Q, state, action, reward, next_state, ended, alpha, gamma)  # BUG: \
+terminated
             if ended:
                 break
             state = next_state
@@ -147,12 +153,13 @@ WRONG = {
 # Mistakes that pass every visible check: only the hidden cases catch them.
 HIDDEN_ONLY = ("d_vi_keeps_terminal_values", "e_truncation_as_termination")
 
-# ---- A cheat: rlkit's own functions, reached three ways. -------------------------------------------
+# ---- A cheat: rlkit's own functions, reached three ways. -----------------------------------------
 
 CHEATS = {
     "cheat_calls_rlkit": Variant(
         {
-            # imported before the guard runs (the first test cell): the guard makes these functions raise
+            # imported before the guard runs (the first test cell): the guard makes these functions
+            # raise
             BACKUP: """
 from rlkit.tabular import TabularMDP, q_from_v
 
@@ -183,11 +190,12 @@ def q_learning(env, episodes, alpha, gamma, epsilon, seed):
 }
 
 
-# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record. ----
+# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record.
 
 _KEY = '''
 def _key(value):
-    """What identifies an input: a copy of an array, the id of an environment, or the value itself."""
+    """What identifies an input: a copy of an array, the id of an environment, or the value \
+itself."""
     if isinstance(value, np.ndarray):
         return value.copy()
     if hasattr(value, "step") and hasattr(value, "reset"):
@@ -199,7 +207,8 @@ RECORDED = ("bellman_optimality_backup", "value_iteration", "q_learning_update",
 
 
 def recorder(reference: dict[str, str], path: str) -> dict[str, str]:
-    """The reference solution, appending every outermost call's inputs and outputs to ``path`` (pickle)."""
+    """The reference solution, appending every outermost call's inputs and outputs to ``path``
+    (pickle)."""
     preamble = (
         f"""
 import inspect
@@ -244,8 +253,8 @@ def _recorded(function):
 
 
 def memorizer(path: str, reference: dict[str, str]) -> dict[str, str]:
-    """Correct only on the calls in the record at ``path`` (zeros, or Q unchanged, for anything else);
-    its epsilon_greedy is the reference."""
+    """Correct only on the calls in the record at ``path`` (zeros, or Q unchanged, for anything
+    else); its epsilon_greedy is the reference."""
     backup = (
         f"""
 import pickle
@@ -285,7 +294,8 @@ def bellman_optimality_backup(V, P, R, terminal, gamma):
     vi = """
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     hit = _lookup("value_iteration", P, R, terminal, gamma, tol)
-    return tuple(hit) if hit is not None else (np.zeros(R.shape[0]), np.zeros(R.shape[0], dtype=int))
+    return tuple(hit) if hit is not None else (np.zeros(R.shape[0]), np.zeros(R.shape[0], \
+dtype=int))
 """
     update = """
 def q_learning_update(Q, s, a, r, s_next, terminated, alpha, gamma):
@@ -306,12 +316,13 @@ def q_learning(env, episodes, alpha, gamma, epsilon, seed):
     }
 
 
-# ---- The tests ----------------------------------------------------------------------------------------
+# ---- The tests -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """A copy of notebooks/assignments with the assignment released (the `make assignments` step)."""
+    """A copy of notebooks/assignments with the assignment released (the `make assignments`
+    step)."""
     return ASSIGNMENT.release(tmp_path_factory.mktemp("course") / "assignments")
 
 
@@ -349,8 +360,9 @@ def test_some_mistakes_are_caught_only_by_the_hidden_cases(course, graded, name)
 
 
 def test_sarsa_target_learns_the_safe_path(course, graded):
-    """The SARSA-style target values the exploring policy, which keeps away from the cliff's edge: its
-    greedy path climbs from the start (36) to the row above the edge (24) and on (12), away from the cliff."""
+    """The SARSA-style target values the exploring policy, which keeps away from the cliff's edge:
+    its greedy path climbs from the start (36) to the row above the edge (24) and on (12), away from
+    the cliff."""
     message = ASSIGNMENT.errors(course, "c_sarsa_target")[TEST_QL]
     expected = "AssertionError: the greedy path should reach the goal in 13 steps: [36, 24, 12,"
     assert message.startswith(expected), message
@@ -360,9 +372,10 @@ def test_sarsa_target_learns_the_safe_path(course, graded):
 def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, name):
     variant = CHEATS[name]
     assert grading.failed(graded[name], POINTS) == variant.fails, f"{name} ({variant.why})"
-    # They fail because the guard stopped rlkit (which the kernel can import), not for another reason:
-    # the guard's RuntimeError (bound before it ran) or ImportError (imported after), or a NameError
-    # because the solution cell that should have defined the function stopped at the guard's ImportError.
+    # They fail because the guard stopped rlkit (which the kernel can import), not for another
+    # reason: the guard's RuntimeError (bound before it ran) or ImportError (imported after), or a
+    # NameError because the solution cell that should have defined the function stopped at the
+    # guard's ImportError.
     errors = ASSIGNMENT.errors(course, name)
     assert grading.blocked(errors.get(VI, "")), "the import after the guard must fail"
     for cell in variant.fails:
@@ -374,7 +387,8 @@ def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, n
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
-    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under SEED_B."""
+    """A memoriser replays the outputs recorded under SEED_A: full marks under SEED_A, none under
+    SEED_B."""
     assert (course / "record.pkl").exists()
     memorizer_cells = memorizer(str(course / "record.pkl"), ASSIGNMENT.reference_sources())
     ASSIGNMENT.check_memorizer_needs_the_seed(course, memorizer_cells, POINTS, SEED_A, SEED_B)

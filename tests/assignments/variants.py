@@ -25,7 +25,8 @@ NO_GAMMA_IN_LAMBDA_TERM = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     not_done = torch.ones_like(rewards) if dones is None else 1.0 - dones.to(rewards.dtype)
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
+last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -40,7 +41,8 @@ def gae(rewards, values, gamma, lam, dones=None, last_value=None):
 IGNORES_DONES = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
+last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -56,7 +58,8 @@ RECURSION_ACROSS_DONES = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     not_done = torch.ones_like(rewards) if dones is None else 1.0 - dones.to(rewards.dtype)
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
+last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -72,7 +75,8 @@ SKIPS_FIRST_STEP = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     not_done = torch.ones_like(rewards) if dones is None else 1.0 - dones.to(rewards.dtype)
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
+last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in range(num_steps - 1, 0, -1):  # BUG: stops before t = 0
@@ -91,7 +95,8 @@ def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
-        delta = rewards[:, t] + gamma * not_done[:, t] * values[:, t] - values[:, t]  # BUG: V_t, not V_{t+1}
+        delta = rewards[:, t] + gamma * not_done[:, t] * values[:, t] - values[:, t]  # BUG: V_t, \
+not V_{t+1}
         next_advantage = delta + gamma * lam * not_done[:, t] * next_advantage
         advantages[:, t] = next_advantage
     return advantages, advantages + values
@@ -103,8 +108,10 @@ DONE_ONE_STEP_LATE = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     dones = torch.zeros_like(rewards) if dones is None else dones.to(rewards.dtype)
-    not_done = 1.0 - torch.cat([dones[:, 1:], torch.zeros_like(dones[:, :1])], dim=1)  # BUG: d_{t+1}
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
+    not_done = 1.0 - torch.cat([dones[:, 1:], torch.zeros_like(dones[:, :1])], dim=1)  # BUG: \
+d_{t+1}
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
+last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -219,7 +226,7 @@ CHEATS = {
 }
 
 
-# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record. --
+# ---- Seed check: a recorder (correct, saves every call) and a memoriser that replays the record.
 
 
 def recorder(reference: dict[str, str], path: str) -> dict[str, str]:
@@ -275,7 +282,8 @@ _table = torch.load({path!r}, weights_only=True)
 
 def _same(a, b):
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
+and torch.equal(a, b)
     return a == b
 
 

@@ -1,4 +1,5 @@
-"""The book as the table of contents lists it: page sources, built HTML paths, and formula counts."""
+"""The book as the table of contents lists it: page sources, built HTML paths, and formula
+counts."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ MATH_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{math\}", re.M)
 
 
 def count_formulas(text: str) -> int:
-    """Formulas a reader sees: display $$...$$, inline $...$, {math} roles and directives (code excluded)."""
+    """Formulas a reader sees: display $$...$$, inline $...$, {math} roles and directives (code
+    excluded)."""
     # drop code fences (code, literalinclude, code-cell); keep directive fences that hold prose
     text = re.sub(
         r"^(```+)(?!\s*\{(math|exercise|solution|prf:\w+|note|warning|admonition|tip|important)\}).*?^\1\s*$",

@@ -1,8 +1,10 @@
-"""Headless Chromium reads the built book offline, as a reader would, and keeps a screenshot of each page.
+"""Headless Chromium reads the built book offline, as a reader would, and keeps a screenshot of each
+page.
 
-For the index and every page in _toc.yml: the math rendered (no `$$` or `\\(` left in the text, and at
-least as many MathJax containers as formulas in the source), every image loaded, every internal link
-resolves (file and anchor), and nothing was fetched from the network. Screenshots: _build/screenshots/.
+For the index and every page in _toc.yml: the math rendered (no `$$` or `\\(` left in the text, and
+at least as many MathJax containers as formulas in the source), every image loaded, every internal
+link resolves (file and anchor), and nothing was fetched from the network. Screenshots:
+_build/screenshots/.
 """
 
 from __future__ import annotations
@@ -38,12 +40,15 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = BUILD / "screenshots"
 
 READ_PAGE = """async () => {
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await \
+MathJax.startup.promise; }
   const images = Array.from(document.images);
   images.forEach(img => { img.loading = "eager"; });
-  await Promise.all(images.map(img => img.complete ? null : new Promise(r => { img.onload = img.onerror = r; })));
+  await Promise.all(images.map(img => img.complete ? null : new Promise(r => { img.onload = \
+img.onerror = r; })));
   const main = (document.querySelector("main") || document.body).cloneNode(true);
-  main.querySelectorAll("pre, code, script, style, mjx-container, .MathJax").forEach(e => e.remove());
+  main.querySelectorAll("pre, code, script, style, mjx-container, .MathJax").forEach(e => \
+e.remove());
   return {
     text: main.innerText,
     mathjax: document.querySelectorAll("main mjx-container").length,

@@ -1,9 +1,10 @@
-"""Every notebook as a reader meets it: executed once, in a fresh kernel, read from the book's cache.
+"""Every notebook as a reader meets it: executed once, in a fresh kernel, read from the book's
+cache.
 
-`make book` executes each notebook in a fresh kernel, two at a time (tools/execute_notebooks.py), and
-stores the result in _build/.jupyter_cache, where the book build finds it; these tests read that record
-instead of executing the notebook a second time. Its time was measured with another notebook running
-beside it, so the 180-second limit holds on one core of two.
+`make book` executes each notebook in a fresh kernel, two at a time (tools/execute_notebooks.py),
+and stores the result in _build/.jupyter_cache, where the book build finds it; these tests read that
+record instead of executing the notebook a second time. Its time was measured with another notebook
+running beside it, so the 180-second limit holds on one core of two.
 """
 
 from __future__ import annotations

@@ -69,5 +69,8 @@ def test_book_pages_include_code_rather_than_paste_it():
 
 
 def test_formula_counter_counts_what_a_reader_sees():
-    text = "Inline $a_t$ and $b$, a price of 5 dollars.\n\n$$\nx = 1\n$$ (eq-x)\n\n```python\ny = '$not$'\n```\n{math}`c`"
+    text = (
+        "Inline $a_t$ and $b$, a price of 5 dollars.\n\n$$\nx = 1\n$$ (eq-x)\n\n```python\ny = "
+        "'$not$'\n```\n{math}`c`"
+    )
     assert count_formulas(text) == 4

@@ -1,4 +1,5 @@
-"""rlkit's batched CartPole against Gymnasium's CartPole-v1: same transitions, same ends, same autoreset layout."""
+"""rlkit's batched CartPole against Gymnasium's CartPole-v1: same transitions, same ends, same
+autoreset layout."""
 
 import gymnasium as gym
 import numpy as np

@@ -1,4 +1,5 @@
-"""The probe environments: exact rewards, observations, episode ends and references, and the check that uses them."""
+"""The probe environments: exact rewards, observations, episode ends and references, and the check
+that uses them."""
 
 import io
 import itertools
@@ -24,7 +25,8 @@ from rlkit.envs.probes import (
 
 GAMMA = 0.5
 IDS = list(PROBES)
-# Written out by hand from the definitions (Jones, 2021): observations, exact Q(s, .) at each, best actions.
+# Written out by hand from the definitions (Jones, 2021): observations, exact Q(s, .) at each, best
+# actions.
 REFERENCES = {
     "rlkit/ProbeConstantReward-v0": ([0.0], [[1.0]], [0]),
     "rlkit/ProbeObservationReward-v0": ([-1.0, 1.0], [[-1.0], [1.0]], [0, 0]),
@@ -35,7 +37,8 @@ REFERENCES = {
 
 
 def episode(env, actions, seed=None):
-    """``(observations, rewards, terminated flags, truncated flags)`` of one episode playing ``actions`` in turn."""
+    """``(observations, rewards, terminated flags, truncated flags)`` of one episode playing
+    ``actions`` in turn."""
     obs, _ = env.reset(seed=seed)
     observations, rewards, terminated, truncated = [obs], [], [], []
     for action in actions:
@@ -59,7 +62,7 @@ def test_every_probe_passes_gymnasiums_env_checker_without_a_warning(env_id):
 
 
 @pytest.mark.parametrize("env_id", IDS)
-def test_probes_are_registered_without_a_time_limit_with_flat_float32_observations_and_discrete_actions(
+def test_probes_are_registered_without_a_time_limit_with_flat_float32_observations_and_discrete_actions(  # noqa: E501
     env_id,
 ):
     env = gym.make(env_id)
@@ -151,7 +154,8 @@ def test_stepping_a_finished_episode_or_with_an_invalid_action_raises(env_id):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_a_generic_checkpoint_of_a_vector_env_of_probes_resumes_it_exactly(env_id):
-    """The episode state is plain attributes (numbers, arrays, the generator), which ``rlkit.checkpoint`` saves."""
+    """The episode state is plain attributes (numbers, arrays, the generator), which
+    ``rlkit.checkpoint`` saves."""
 
     def make():
         return gym.vector.SyncVectorEnv(
@@ -195,7 +199,8 @@ def test_references_equal_the_hand_written_table(env_id):
 @pytest.mark.parametrize("env_id", IDS)
 @pytest.mark.parametrize("gamma", [0.0, 0.5, 0.99, 1.0])
 def test_q_values_are_the_discounted_returns_the_environment_actually_pays(env_id, gamma):
-    """Play episodes with the env itself, every action in turn, and discount the rewards by hand from each step."""
+    """Play episodes with the env itself, every action in turn, and discount the rewards by hand
+    from each step."""
     probe = PROBES[env_id]
     returns = {}
     for seed, action in itertools.product(range(20), range(probe.n_actions)):
@@ -257,7 +262,8 @@ def test_probe_failures_passes_the_exact_answers_and_names_every_wrong_one(env_i
             env_id, GAMMA, values=probe.policy_values(obs, worst, GAMMA), action_probs=worst
         )
         assert len(failures) == len(obs) and all("pi(best action" in line for line in failures)
-        # a critic is compared with its own policy's value: V* is wrong for a policy that is not optimal
+        # a critic is compared with its own policy's value: V* is wrong for a policy that is not
+        # optimal
         failures = probe_failures(
             env_id, GAMMA, values=probe.expected_values(obs, GAMMA), action_probs=worst
         )

@@ -12,7 +12,8 @@ def tokenizer():
 
 @pytest.fixture(scope="session", params=FAMILIES)
 def model(request, tokenizer):
-    """A tiny untrained causal LM of each family, in eval mode; its random weights make every token likely."""
+    """A tiny untrained causal LM of each family, in eval mode; its random weights make every token
+    likely."""
     return build_causal_lm(tiny_config(tokenizer, request.param), seed=0).eval()
 
 

@@ -1,4 +1,5 @@
-"""Generation and log-probabilities in the response-only layout, against Hugging Face's own numbers."""
+"""Generation and log-probabilities in the response-only layout, against Hugging Face's own
+numbers."""
 
 import copy
 
@@ -47,7 +48,8 @@ def test_prompts_are_left_padded_with_positions_from_each_first_token(tokenizer)
 
 
 def test_logprobs_equal_hugging_face_cross_entropy_per_token(model, tokenizer):
-    """At temperature 1, logprobs[:, t] = -(HF's loss with labels -100 everywhere but that one response token)."""
+    """At temperature 1, logprobs[:, t] = -(HF's loss with labels -100 everywhere but that one
+    response token)."""
     rollout = generate(model, tokenizer, PROMPTS, max_new_tokens=6, temperature=1.0)
     for row, prompt in enumerate(PROMPTS):
         prompt_ids = tokenizer(prompt)["input_ids"]  # one sequence alone: no padding at all
@@ -103,7 +105,8 @@ def test_logprobs_do_not_change_when_a_prompt_is_padded_more(model, tokenizer):
 
 
 def test_padding_never_changes_a_valid_logprob(model, tokenizer):
-    """Whatever token ids sit in the padding (left of prompts, right of EOS), valid log-probs are the same."""
+    """Whatever token ids sit in the padding (left of prompts, right of EOS), valid log-probs are
+    the same."""
     prompts = encode_prompts(tokenizer, PROMPTS)
     response = torch.tensor([[7, 2, 0, 0], [7, 8, 2, 0], [5, 6, 7, 8], [2, 0, 0, 0]])
     mask = response_mask(response, tokenizer.eos_token_id)
@@ -170,7 +173,8 @@ def test_a_model_without_logits_to_keep_gives_the_same_logprobs(model, tokenizer
 
 
 def test_greedy_generation_with_kv_cache_equals_a_loop_without_cache(model, tokenizer):
-    """generate's left-padded, cached decoding against the plainest loop: one prompt at a time, full forward passes."""
+    """generate's left-padded, cached decoding against the plainest loop: one prompt at a time, full
+    forward passes."""
     rollout = generate(model, tokenizer, PROMPTS, max_new_tokens=6, greedy=True)
     for row, prompt in enumerate(PROMPTS):
         ids = tokenizer(prompt)["input_ids"]
@@ -186,7 +190,8 @@ def test_greedy_generation_with_kv_cache_equals_a_loop_without_cache(model, toke
 
 
 def test_a_released_models_own_generation_defaults_do_not_leak_into_sampling(tokenizer):
-    """Instruct checkpoints ship top_k, top_p, a repetition penalty...: none may change what rlkit samples."""
+    """Instruct checkpoints ship top_k, top_p, a repetition penalty...: none may change what rlkit
+    samples."""
     model = build_causal_lm(tiny_config(tokenizer), seed=0).eval()
     plain = generate(model, tokenizer, PROMPTS, max_new_tokens=6, greedy=True)
     model.generation_config = GenerationConfig(
@@ -280,7 +285,8 @@ def test_bad_sampling_settings_are_refused(tokenizer, field, kwargs, allowed):
 
 
 def test_texts_keep_sampled_special_tokens_and_drop_only_the_eos(tokenizer):
-    """A sampled <pad> inside an answer must not vanish: "012<pad>348" is not the answer "012348"."""
+    """A sampled <pad> inside an answer must not vanish: "012<pad>348" is not the answer
+    "012348"."""
     ids = (
         [tokenizer.convert_tokens_to_ids(c) for c in "012"]
         + [tokenizer.pad_token_id]

@@ -1,4 +1,5 @@
-"""Tiny models from configs, loading by path, the critic, and where a reward model reads its reward."""
+"""Tiny models from configs, loading by path, the critic, and where a reward model reads its
+reward."""
 
 import pytest
 import torch
@@ -50,7 +51,8 @@ def test_save_pretrained_and_load_by_path_give_the_same_logits(tokenizer, tmp_pa
         assert torch.equal(saved, reloaded), name  # the weights come back bit for bit
     with torch.no_grad():
         # The same operations on the same weights, but in other buffers: MKL may pick code paths by
-        # memory alignment (its docs on conditional numerical reproducibility), so a float32 tolerance.
+        # memory alignment (its docs on conditional numerical reproducibility), so a float32
+        # tolerance.
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
     assert isinstance(loaded, type(AutoModelForCausalLM.from_config(model.config)))
     assert load_causal_lm(tmp_path, dtype=torch.bfloat16).dtype == torch.bfloat16

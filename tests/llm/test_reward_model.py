@@ -1,4 +1,5 @@
-"""The Bradley-Terry loss against its closed form, reward-model training against the oracle's ceiling."""
+"""The Bradley-Terry loss against its closed form, reward-model training against the oracle's
+ceiling."""
 
 import copy
 import math

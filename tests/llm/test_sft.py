@@ -1,4 +1,5 @@
-"""SFT: the completion-only loss against a hand-written loop, learning to sort, checkpoints, bad configs."""
+"""SFT: the completion-only loss against a hand-written loop, learning to sort, checkpoints, bad
+configs."""
 
 import copy
 import json
@@ -44,7 +45,8 @@ def test_labels_cover_the_answer_and_eos_only(tokenizer):
 
 
 def test_completion_loss_equals_a_hand_written_token_mean(model, tokenizer):
-    """Per example, unpadded: -log p(answer token | everything before), averaged over all answer tokens and EOS."""
+    """Per example, unpadded: -log p(answer token | everything before), averaged over all answer
+    tokens and EOS."""
     with torch.no_grad():
         ours = completion_loss(model, sft_batch(tokenizer, EXAMPLES))
         total, count = 0.0, 0

@@ -1,4 +1,5 @@
-"""The k-armed testbed: the shapes of Sutton & Barto's Figures 2.2, 2.3 and 2.4, and exact limiting cases."""
+"""The k-armed testbed: the shapes of Sutton & Barto's Figures 2.2, 2.3 and 2.4, and exact limiting
+cases."""
 
 import numpy as np
 import pytest

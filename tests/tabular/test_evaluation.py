@@ -1,4 +1,5 @@
-"""Exact policy evaluation against iterative sweeps; Monte Carlo estimates against the exact values."""
+"""Exact policy evaluation against iterative sweeps; Monte Carlo estimates against the exact
+values."""
 
 import gymnasium as gym
 import numpy as np
@@ -10,7 +11,8 @@ from rlkit.tabular import exact_policy_values, monte_carlo_policy_values, unifor
 
 
 def iterative_policy_evaluation(P, R, policy, gamma, terminal, sweeps=2000):
-    """A hand-written loop over states: v(s) <- sum_a pi(a|s) [R(s,a) + gamma sum_s' P(s'|s,a) v(s')]."""
+    """A hand-written loop over states: v(s) <- sum_a pi(a|s) [R(s,a) + gamma sum_s' P(s'|s,a)
+    v(s')]."""
     values = np.zeros(R.shape[0])
     for _ in range(sweeps):
         new = np.zeros_like(values)

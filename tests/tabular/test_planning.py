@@ -109,7 +109,8 @@ def test_q_from_v_and_greedy_policy_on_a_hand_checked_state():
     mdp = gridworld("chapter1")
     V = np.arange(16, dtype=float)
     Q = q_from_v(mdp, V, gamma=0.5)
-    # state 10 (row 2, col 2): up -> 6, right -> 11 (goal, terminal: value 0, reward +1), down -> 14, left -> 9
+    # state 10 (row 2, col 2): up -> 6, right -> 11 (goal, terminal: value 0, reward +1), down ->
+    # 14, left -> 9
     np.testing.assert_allclose(Q[10], [0.5 * 6, 1.0, 0.5 * 14, 0.5 * 9])
     assert np.all(Q[mdp.terminal] == 0)
     np.testing.assert_array_equal(
@@ -140,7 +141,7 @@ def test_bad_input_raises_clear_errors():
         dyna_q(gym.make("rlkit/GridWorld-v0", layout="dyna_maze"), n_planning=-1, episodes=1)
 
 
-# ---------------------------------------------------------------- Dyna-Q on the Dyna maze (Example 8.1)
+# ------------------------------------------------------------ Dyna-Q on the Dyna maze (Example 8.1)
 
 DYNA_RUNS = 30
 
@@ -169,7 +170,8 @@ ENOUGH_EPISODES = {
 
 @pytest.fixture(scope="module")
 def dyna_runs():
-    """Greedy path lengths after 5 episodes and after "enough" episodes, for n = 0, 5, 50, over 30 runs each."""
+    """Greedy path lengths after 5 episodes and after "enough" episodes, for n = 0, 5, 50, over 30
+    runs each."""
     env = maze()
     lengths = {}
     for n, enough in ENOUGH_EPISODES.items():
@@ -190,7 +192,8 @@ def test_planning_finds_a_short_path_in_five_episodes_and_plain_q_learning_does_
     within_16_with_planning = np.mean(dyna_runs[50][0] <= 16)
     within_16_without = np.mean(dyna_runs[0][0] <= 16)
     print(
-        f"greedy path <= 16 steps after 5 episodes: n=50 {within_16_with_planning:.0%}, n=0 {within_16_without:.0%}"
+        f"greedy path <= 16 steps after 5 episodes: n=50 {within_16_with_planning:.0%}, n=0 "
+        f"{within_16_without:.0%}"
     )
     assert within_16_with_planning >= 0.9
     assert within_16_without < 0.2
@@ -205,12 +208,13 @@ def test_the_true_model_has_a_14_step_shortest_path():
 
 @pytest.mark.learning
 def test_with_enough_episodes_every_n_settles_on_a_shortest_or_near_shortest_path(dyna_runs):
-    """Every n reaches the 14-step path in some runs; the rest settle two steps longer (the top route):
-    with epsilon = 0.1 and Q = 0 for transitions never tried, the other route is rarely re-explored
-    (the failure that Dyna-Q+'s exploration bonus addresses)."""
+    """Every n reaches the 14-step path in some runs; the rest settle two steps longer (the top
+    route): with epsilon = 0.1 and Q = 0 for transitions never tried, the other route is rarely
+    re-explored (the failure that Dyna-Q+'s exploration bonus addresses)."""
     for n, (_, after_enough) in dyna_runs.items():
         print(
-            f"n={n}: 14 steps in {np.mean(after_enough == 14):.0%}, <= 16 in {np.mean(after_enough <= 16):.0%} of runs"
+            f"n={n}: 14 steps in {np.mean(after_enough == 14):.0%}, <= 16 in "
+            f"{np.mean(after_enough <= 16):.0%} of runs"
         )
         assert np.mean(after_enough <= 16) >= 0.9, (n, after_enough)
         assert np.mean(after_enough == 14) >= 0.3, (n, after_enough)

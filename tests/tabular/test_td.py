@@ -39,7 +39,7 @@ def left_right(p_right=0.5):
     return policy
 
 
-# ---------------------------------------------------------------- prediction on the 4x4 gridworld (Example 4.1)
+# ---------------------------------------------------- prediction on the 4x4 gridworld (Example 4.1)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_td0_is_within_half_a_unit_of_the_dp_values_after_30000_episodes(gridwor
     assert np.abs(V - exact).max() < 0.5
 
 
-# ---------------------------------------------------------------- the random walk (Example 6.2): v = 1/6 ... 5/6
+# --------------------------------------------------- the random walk (Example 6.2): v = 1/6 ... 5/6
 
 RANDOM_WALK_VALUES = np.arange(1, 6) / 6
 
@@ -183,7 +183,8 @@ def test_q_learning_greedy_path_is_the_optimal_13_steps_and_sarsa_takes_the_safe
         cliff_runs["sarsa"]["greedy_steps"],
     )
     print(
-        f"Q-learning greedy path of 13 steps in {np.mean(q_steps == 13):.0%} of runs; SARSA's median {np.median(sarsa_steps)}"
+        f"Q-learning greedy path of 13 steps in {np.mean(q_steps == 13):.0%} of runs; SARSA's "
+        f"median {np.median(sarsa_steps)}"
     )
     assert np.mean(q_steps == 13) >= 0.9
     assert np.median(sarsa_steps) > 13
@@ -197,11 +198,12 @@ def test_expected_sarsa_runs_and_is_reproducible():
     assert first[1]["episode_return"].shape == (30,)
 
 
-# ---------------------------------------------------------------- truncation, reproducibility, bad input
+# ----------------------------------------------------------- truncation, reproducibility, bad input
 
 
 def test_td_targets_bootstrap_at_a_time_limit():
-    """With a 1-step time limit on the continuing 5x5 task, only bootstrapping lets Q exceed one reward (10)."""
+    """With a 1-step time limit on the continuing 5x5 task, only bootstrapping lets Q exceed one
+    reward (10)."""
     env = make("sutton_barto_5x5", max_episode_steps=1)
     Q, _ = q_learning(env, episodes=20_000, alpha=0.1, gamma=0.9, epsilon=0.5, seed=0)
     assert Q.max() > 20  # q_*(A, .) = 10 + 0.9 * v_*(A') = 24.4
@@ -253,7 +255,7 @@ def test_bad_input_raises_a_value_error_that_says_what_is_wrong(call, message):
         call()
 
 
-# ---------------------------------------------------------------- hand cases: discounting, truncation, expectations
+# ------------------------------------------------ hand cases: discounting, truncation, expectations
 
 
 def always_right():
@@ -261,9 +263,11 @@ def always_right():
 
 
 def test_n_step_td_by_hand_with_discount_and_a_truncated_episode():
-    """Start C (state 3), always right, cut after 2 steps at E (state 5): n = 2, alpha = 1, gamma = 0.5, V0 = 1.
+    """Start C (state 3), always right, cut after 2 steps at E (state 5): n = 2, alpha = 1, gamma =
+    0.5, V0 = 1.
 
-    V(C) <- 0 + 0.5 * 0 + 0.25 * V(E) = 0.25;  V(D) <- 0 + 0.5 * V(E) = 0.5 (the cut bootstraps from E).
+    V(C) <- 0 + 0.5 * 0 + 0.25 * V(E) = 0.25; V(D) <- 0 + 0.5 * V(E) = 0.5 (the cut bootstraps from
+    E).
     """
     env = make("random_walk_5", max_episode_steps=2)
     V, _ = n_step_td_prediction(
@@ -273,7 +277,8 @@ def test_n_step_td_by_hand_with_discount_and_a_truncated_episode():
 
 
 def test_td_lambda_bootstraps_at_a_time_limit():
-    """Same episode, TD(0) as TD(lambda = 0): V(C) <- 0.5 * V(D) = 0.5; at the cut V(D) <- 0.5 * V(E) = 0.5."""
+    """Same episode, TD(0) as TD(lambda = 0): V(C) <- 0.5 * V(D) = 0.5; at the cut V(D) <- 0.5 *
+    V(E) = 0.5."""
     env = make("random_walk_5", max_episode_steps=2)
     V, _ = td_lambda_prediction(
         env, always_right(), lam=0.0, alpha=1.0, gamma=0.5, episodes=1, initial_value=1.0
@@ -299,8 +304,9 @@ def test_expected_sarsa_uses_the_epsilon_greedy_expectation():
     env = gym.make("CliffWalking-v1")
     greedy_expected, _ = expected_sarsa(env, episodes=30, epsilon=0.0, seed=2)
     greedy_q, _ = q_learning(env, episodes=30, epsilon=0.0, seed=2)
-    # epsilon = 0: the expectation is the max. A tolerance, not equality: the expectation weighs tied
-    # best actions by 1/k and sums them, which rounds (3 x q/3 is not always q), while max does not.
+    # epsilon = 0: the expectation is the max. A tolerance, not equality: the expectation weighs
+    # tied best actions by 1/k and sums them, which rounds (3 x q/3 is not always q), while max does
+    # not.
     np.testing.assert_allclose(greedy_expected, greedy_q, rtol=0, atol=1e-12)
     exploring_expected, _ = expected_sarsa(env, episodes=30, epsilon=0.3, seed=2)
     exploring_q, _ = q_learning(env, episodes=30, epsilon=0.3, seed=2)
@@ -308,8 +314,9 @@ def test_expected_sarsa_uses_the_epsilon_greedy_expectation():
 
 
 def test_ordinary_importance_sampling_scales_returns_and_weighted_does_not():
-    """After one episode that ends on the right (every return is 1), weighted IS estimates are exactly 1;
-    ordinary IS estimates are W * 1 with W a product of ratios 0.8/0.5 and 0.2/0.5, so not all 1."""
+    """After one episode that ends on the right (every return is 1), weighted IS estimates are
+    exactly 1; ordinary IS estimates are W * 1 with W a product of ratios 0.8/0.5 and 0.2/0.5, so
+    not all 1."""
     env = make("random_walk_5")
     target, behaviour = left_right(0.8), left_right(0.5)
     seed = next(
