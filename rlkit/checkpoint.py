@@ -176,9 +176,8 @@ def _encode(value):
     """A value as plain checkpoint data: NumPy arrays and scalars as tensors (their dtype kept),
     tuples and lists element by element, NumPy generators as their state. Anything else is
     ``_Unsupported``."""
-    if isinstance(
-        value, np.generic
-    ):  # before PLAIN: np.float64 is a float, but pickles as a NumPy object
+    # before PLAIN: np.float64 is a float, but pickles as a NumPy object
+    if isinstance(value, np.generic):
         return {"__numpy_scalar__": torch.from_numpy(np.array(value))}
     if isinstance(value, PLAIN):
         return value
@@ -216,9 +215,8 @@ def _object_state(layer) -> dict:
             continue
         try:
             state[name] = _encode(value)
-        except (
-            _Unsupported
-        ):  # wrapped envs (saved as layers of their own), specs, render surfaces, dicts
+        # wrapped envs (saved as layers of their own), specs, render surfaces, dicts
+        except _Unsupported:
             pass
     return state
 

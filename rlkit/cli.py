@@ -358,9 +358,8 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (
-        os.getcwd() not in sys.path
-    ):  # as ``python -m rlkit`` does: "module:Env-v0" ids can name local modules
+    # as ``python -m rlkit`` does: "module:Env-v0" ids can name local modules
+    if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     args = build_parser().parse_args(argv)
     try:

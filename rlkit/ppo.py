@@ -294,9 +294,8 @@ class Batch:
 def minibatches(batch: Batch, minibatch_size: int, generator: torch.Generator):
     """A fresh random permutation of the batch, cut into minibatches (the whole batch when it is
     one)."""
-    if minibatch_size == len(
-        batch
-    ):  # one minibatch per epoch: its order changes no mean, so skip the gather
+    # one minibatch per epoch: its order changes no mean, so skip the gather
+    if minibatch_size == len(batch):
         yield batch
         return
     permutation = torch.randperm(len(batch), generator=generator).to(batch.obs.device)
@@ -350,9 +349,8 @@ def update(
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     batch = Batch.from_rollout(rollout, advantages, returns)
     normalize_each = config.normalize_advantages
-    if normalize_each and config.minibatch_size == len(
-        batch
-    ):  # the minibatch is the batch: whiten it once
+    # the minibatch is the batch: whiten it once
+    if normalize_each and config.minibatch_size == len(batch):
         batch.advantages, normalize_each = masked_whiten(batch.advantages), False
     parts, grad_norms = [], []
     for epoch in range(1, config.num_epochs + 1):

@@ -60,9 +60,8 @@ def require_registered(env_id: str) -> None:
     first)."""
     require(isinstance(env_id, str), "env_id", "a gymnasium environment id (a string)", env_id)
     try:
-        if (
-            ":" in env_id
-        ):  # "module:EnvId-v0": Gymnasium imports the module, which registers the env
+        # "module:EnvId-v0": Gymnasium imports the module, which registers the env
+        if ":" in env_id:
             importlib.import_module(env_id.split(":")[0])
         gym.spec(env_id.split(":")[-1])
     except (gym.error.Error, ImportError, ValueError) as error:
@@ -196,9 +195,8 @@ class RolloutCollector:
         """One vector step: fill this step's rewards (with the truncation bootstrap) and done flags;
         the next obs."""
         env_actions = actions.cpu().numpy()
-        if (
-            self.action_bounds is not None
-        ):  # the Gaussian sample is stored as drawn; the env gets it clipped
+        # the Gaussian sample is stored as drawn; the env gets it clipped
+        if self.action_bounds is not None:
             env_actions = np.clip(env_actions, *self.action_bounds)
         next_obs, rewards[:], terminated, truncated, info = self.envs.step(env_actions)
         ended = terminated | truncated

@@ -81,11 +81,12 @@ def require_device(device: Any) -> None:
     has."""
     try:
         parsed = torch.device(device)
+    # ValueError: an index too large for C's long long
     except (
         RuntimeError,
         TypeError,
         ValueError,
-    ):  # ValueError: an index too large for C's long long
+    ):
         raise ValueError(
             f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}"
         ) from None

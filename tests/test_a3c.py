@@ -79,9 +79,8 @@ class StateWrites(TorchDispatchMode):
         for argument, value in zip(func._schema.arguments, given):
             if argument.alias_info is None or not argument.alias_info.is_write:
                 continue
-            for written in (
-                value if isinstance(value, (list, tuple)) else [value]
-            ):  # foreach/fused ops take lists
+            # foreach/fused ops take lists
+            for written in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(written, torch.Tensor):  # the same storage: views at any offset count
                     self.log += [
                         (name, func.__name__)

@@ -144,9 +144,8 @@ def garbage_for(name: str, annotation: str, huge: bool):
     strategy = typed | GARBAGE | EXTRA_GARBAGE.get(name, st.nothing())
     if huge:
         strategy |= HUGE_INTS
-    if (
-        name == "total_steps" and not huge
-    ):  # None means the preset's budget: tens of thousands of steps
+    # None means the preset's budget: tens of thousands of steps
+    if name == "total_steps" and not huge:
         strategy = strategy.filter(lambda value: value is not None)
     return strategy
 
@@ -395,13 +394,11 @@ def check(algorithm: str, fields: dict, replaced: dict, run: bool) -> None:
         assert all(torch.isfinite(parameter).all() for parameter in result.agent.parameters()), (
             "non-finite weights"
         )
-    if (
-        algorithm == "dqn"
-    ):  # a config may leave no step to train on (learning_starts >= total_steps): no rows
+    # a config may leave no step to train on (learning_starts >= total_steps): no rows
+    if algorithm == "dqn":
         assert len(result.history) == expected_dqn_bursts(config)
-    elif (
-        algorithm == "a3c"
-    ):  # A3C's rows are finished episodes; a few hundred steps end at least one
+    # A3C's rows are finished episodes; a few hundred steps end at least one
+    elif algorithm == "a3c":
         assert result.history or config.total_steps < 300
     else:
         assert result.history, "no update"

@@ -126,9 +126,8 @@ def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_t
     assert len(stored) == 20
     for index, (_obs, action, _reward, next_obs, terminated) in enumerate(stored):
         assert not terminated  # five steps never topple CartPole from its start
-        if (
-            index % 5 == 4
-        ):  # the truncated step: its next_obs is the final observation, not a reset one
+        # the truncated step: its next_obs is the final observation, not a reset one
+        if index % 5 == 4:
             replay = gym.make("CartPole-v1")
             replay.reset()
             replay.unwrapped.state = stored[index][0].copy()

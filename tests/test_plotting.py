@@ -140,9 +140,8 @@ def test_mean_and_band_bootstrap_draws_curve_band(statistic):
     low, high = _band_limits(ax, X)
     np.testing.assert_allclose(low, expected_low)
     np.testing.assert_allclose(high, expected_high)
-    if (
-        statistic == "iqm"
-    ):  # 5 runs: the lowest and the highest are cut at each x (9.0 and 8.0 do not count)
+    # 5 runs: the lowest and the highest are cut at each x (9.0 and 8.0 do not count)
+    if statistic == "iqm":
         np.testing.assert_allclose(centre, [4 / 3, 5 / 3, 7 / 3, 4.0])
 
 

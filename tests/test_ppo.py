@@ -325,9 +325,8 @@ def test_a_device_this_machine_lacks_is_refused():
 
 
 def test_options_that_do_not_fit_the_environment_are_refused_before_training():
-    with pytest.raises(
-        ValueError, match="^initial_log_std must be None for CartPole-v1"
-    ):  # continuous-only option
+    # continuous-only option
+    with pytest.raises(ValueError, match="^initial_log_std must be None for CartPole-v1"):
         ppo.train(small_config(initial_log_std=-0.5))
     with pytest.raises(
         ValueError, match="^env_id must be an environment with flat Box observations"

@@ -237,9 +237,8 @@ class SFTTrainer(Trainer):
             self.model = load_causal_lm(
                 config.model_name_or_path, dtype=torch.float32, device=config.device
             )
-        if (
-            self.tokenizer.pad_token is None
-        ):  # GPT-2 and Llama ship none; masks here come from lengths, so EOS serves
+        # GPT-2 and Llama ship none; masks here come from lengths, so EOS serves
+        if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         require_pad_token(self.tokenizer)
         self._check_context()

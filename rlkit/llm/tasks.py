@@ -150,9 +150,8 @@ class TaskData:
         self.task = task
         heldout_rng = random.Random(f"heldout-{seed}")
         prompts: dict[str, None] = {}
-        while (
-            len(prompts) < num_heldout
-        ):  # ends: at least half the problems are still new at every draw
+        # ends: at least half the problems are still new at every draw
+        while len(prompts) < num_heldout:
             prompts.setdefault(task.sample_prompt(heldout_rng))
         self.heldout = [Example(prompt, task.answer(prompt)) for prompt in prompts]
         self._heldout_prompts = set(prompts)
@@ -258,9 +257,8 @@ class PreferenceOracle:
             f"{len(exclude)} prompts",
         )
         rng, pairs = random.Random(f"preferences-{split}-{seed}"), []
-        while (
-            len(pairs) < num_pairs
-        ):  # ends: at least half the prompts are allowed, and most pairs are not ties
+        # ends: at least half the prompts are allowed, and most pairs are not ties
+        while len(pairs) < num_pairs:
             prompt = self.task.sample_prompt(rng)
             if prompt in exclude:
                 continue

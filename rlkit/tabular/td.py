@@ -111,9 +111,8 @@ def mc_prediction(env, policy, gamma=1.0, episodes=1000, first_visit=True, seed=
         for t, state in enumerate(states):
             first_step.setdefault(state, t)
         G = 0.0
-        for t in reversed(
-            range(len(states))
-        ):  # G <- r_t + gamma G, backwards (eq-return-recursive)
+        # G <- r_t + gamma G, backwards (eq-return-recursive)
+        for t in reversed(range(len(states))):
             G = rewards[t] + gamma * G
             if not first_visit or first_step[states[t]] == t:
                 totals[states[t]] += G

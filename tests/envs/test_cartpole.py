@@ -70,9 +70,8 @@ def test_same_step_autoreset_layout_and_truncation_at_500():
     envs = BatchedCartPole(3)
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
     obs, _ = envs.reset(seed=0)
-    for step in range(
-        1, 501
-    ):  # a hand-written balancing controller: push toward where the pole is falling
+    # a hand-written balancing controller: push toward where the pole is falling
+    for step in range(1, 501):
         actions = (obs[:, 2] + 0.5 * obs[:, 3] + 0.01 * obs[:, 0] + 0.1 * obs[:, 1] > 0).astype(
             np.int64
         )

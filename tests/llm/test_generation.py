@@ -210,9 +210,8 @@ def test_a_released_models_own_generation_defaults_do_not_leak_into_sampling(tok
     config = sampling_config(tokenizer, 6, temperature=0.9, return_logits=True)
     config.output_scores = True
     output = generate_without_model_defaults(model, encode_prompts(tokenizer, PROMPTS), config)
-    for raw, processed in zip(
-        output.logits, output.scores
-    ):  # nothing but the temperature between the two
+    # nothing but the temperature between the two
+    for raw, processed in zip(output.logits, output.scores):
         torch.testing.assert_close(processed, raw / 0.9)
     # the model's own settings are put back
     assert model.generation_config.repetition_penalty == 3.0

@@ -76,12 +76,11 @@ def test_critic_gives_one_value_per_position_starts_at_zero_and_round_trips(toke
         torch.testing.assert_close(
             reloaded(ids, torch.ones_like(ids)), critic(ids, torch.ones_like(ids))
         )
+    # the backbone is a copy of the policy's transformer
     for (
         key,
         value,
-    ) in (
-        model.base_model.state_dict().items()
-    ):  # the backbone is a copy of the policy's transformer
+    ) in model.base_model.state_dict().items():
         assert torch.equal(critic.backbone.state_dict()[key], value)
 
 
@@ -101,9 +100,8 @@ def test_the_reward_is_read_at_the_last_real_token_whatever_the_right_padding(to
             type(batch)(more_padding, torch.nn.functional.pad(batch.attention_mask, (0, 5))),
         )
         torch.testing.assert_close(padded, rewards, atol=1e-5, rtol=0)
-        for row, (prompt, completion) in enumerate(
-            zip(prompts, completions)
-        ):  # each sequence alone: no padding
+        # each sequence alone: no padding
+        for row, (prompt, completion) in enumerate(zip(prompts, completions)):
             ids = torch.tensor(
                 [tokenizer(prompt + completion)["input_ids"] + [tokenizer.eos_token_id]]
             )
