@@ -44,6 +44,7 @@ JOBS ?= 2
 # measures how A3C scales from one worker to two.
 NOTEBOOKS_ALONE := ch06_actor_critic
 PYTEST := $(BIN)/python -m pytest --durations=25
+XDIST := -n $(JOBS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check
@@ -70,7 +71,7 @@ book-strict: BOOK_FLAGS := --all -W -n --keep-going
 book-strict: book
 
 test-fast: lint
-	$(PYTEST) -n $(JOBS) -q -m "not book and not assignments and not learning and not alone"
+	$(PYTEST) $(XDIST) -q -m "not book and not assignments and not learning and not alone"
 	$(PYTEST) -q -m "alone and not learning"
 
 # Other CPU kernels, wherever a library lets a process choose them: torch's portable (non-SIMD) kernels,
@@ -86,24 +87,24 @@ test-portability-notebooks: $(STAMP)
 		--alone $(NOTEBOOKS_ALONE)
 
 test-portability: test-portability-notebooks
-	env $(OTHER_KERNELS) $(PYTEST) -n $(JOBS) -q -m "not book and not learning and not alone"
+	env $(OTHER_KERNELS) $(PYTEST) $(XDIST) -q -m "not book and not learning and not alone"
 	env $(OTHER_KERNELS) $(PYTEST) -q -m "alone and not learning"
 
 # The learning tests' seeds are chaotic in their last bits: under other kernels they are new seeds.
 # Not part of `make test`; its results are reported, not required.
 test-portability-learning: $(STAMP)
-	env $(OTHER_KERNELS) $(PYTEST) -n $(JOBS) -q -rA -m "learning and not alone"
+	env $(OTHER_KERNELS) $(PYTEST) $(XDIST) -q -rA -m "learning and not alone"
 	env $(OTHER_KERNELS) $(PYTEST) -q -rA -m "learning and alone"
 
 test:
 	@$(PYTHON) .ci/parts.py \
 		"setup!=$(MAKE) --no-print-directory setup chromium" \
 		"lint (ruff format --check, ruff check)=$(MAKE) --no-print-directory lint" \
-		"unit and learning tests, $(JOBS) workers=$(PYTEST) -n $(JOBS) -q -m 'not book and not alone'" \
+		"unit and learning tests, $(JOBS) workers=$(PYTEST) $(XDIST) -q -m 'not book and not alone'" \
 		"tests that need both cores (A3C), alone=$(PYTEST) -q -m 'alone and not book'" \
 		"notebooks executed, $(JOBS) at a time (Chapter 6 alone)!=$(MAKE) --no-print-directory notebooks" \
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
-		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
+		"notebook and browser checks=$(PYTEST) $(XDIST) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
 		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, SFT smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1'"
 

@@ -75,7 +75,7 @@ def anchors(path: Path, memo: dict[Path, set[str]] = {}) -> set[str]:  # noqa: B
     return memo[path]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one browser per xdist worker
 def browser(built_book):
     playwright_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
