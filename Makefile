@@ -72,7 +72,7 @@ book-strict: book
 
 test-fast: lint
 	$(PYTEST) $(XDIST) -q -m "not book and not assignments and not learning and not alone"
-	$(PYTEST) -q -m "alone and not learning"
+	$(PYTEST) -q -m "alone and not learning" || [ $$? = 5 ]  # 5: no such test today
 
 # Other CPU kernels, wherever a library lets a process choose them: torch's portable (non-SIMD) kernels,
 # MKL's conditional-numerical-reproducibility path, oneDNN capped at SSE4.1 and NumPy without its
@@ -88,7 +88,7 @@ test-portability-notebooks: $(STAMP)
 
 test-portability: test-portability-notebooks
 	env $(OTHER_KERNELS) $(PYTEST) $(XDIST) -q -m "not book and not learning and not alone"
-	env $(OTHER_KERNELS) $(PYTEST) -q -m "alone and not learning"
+	env $(OTHER_KERNELS) $(PYTEST) -q -m "alone and not learning" || [ $$? = 5 ]
 
 # The learning tests' seeds are chaotic in their last bits: under other kernels they are new seeds.
 # Not part of `make test`; its results are reported, not required.
