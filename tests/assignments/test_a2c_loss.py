@@ -70,8 +70,7 @@ def n_step_advantages(rewards, values, dones, last_value, gamma):
 BOOTSTRAPS_AFTER_TERMINATION = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     episode_ends = torch.maximum(terminated, truncated).to(rewards.dtype)
-    bootstrapped = rewards + gamma * torch.where(episode_ends.bool(), final_values, \
-torch.zeros_like(final_values))  # BUG
+    bootstrapped = rewards + gamma * torch.where(episode_ends.bool(), final_values, torch.zeros_like(final_values))  # BUG
     return bootstrapped, episode_ends
 """
 
@@ -87,8 +86,7 @@ def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
 BOOTSTRAPS_WHEN_BOTH = """
 def truncation_bootstrap(rewards, terminated, truncated, final_values, gamma):
     cut_short = truncated  # BUG: truncated * (1 - terminated)
-    bootstrapped = rewards + gamma * torch.where(cut_short.bool(), final_values, \
-torch.zeros_like(final_values))
+    bootstrapped = rewards + gamma * torch.where(cut_short.bool(), final_values, torch.zeros_like(final_values))
     episode_ends = torch.maximum(terminated, truncated).to(rewards.dtype)
     return bootstrapped, episode_ends
 """
@@ -205,8 +203,7 @@ from rlkit.a2c import a2c_loss as library_a2c_loss
 
 def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     policy = Categorical(logits=logits)
-    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, \
-advantages.detach(),
+    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, advantages.detach(),
                                returns.detach(), ent_coef, vf_coef)
     return loss
 """,
@@ -225,8 +222,7 @@ def a2c_loss(logits, actions, values, advantages, returns, ent_coef, vf_coef):
     from rlkit.a2c import a2c_loss as library_a2c_loss
 
     policy = Categorical(logits=logits)
-    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, \
-advantages.detach(),
+    loss, _ = library_a2c_loss(policy.log_prob(actions), policy.entropy(), values, advantages.detach(),
                                returns.detach(), ent_coef, vf_coef)
     return loss
 """,
@@ -277,20 +273,17 @@ def _recorded_call(function):
         if name == "train_a2c":
             agent, history = out
             weights = {{key: value.detach().clone() for key, value in agent.state_dict().items()}}
-            _recorded.append((name, [list(args), sorted(kwargs.items())], (weights, \
-list(history)), None))
+            _recorded.append((name, [list(args), sorted(kwargs.items())], (weights, list(history)), None))
         else:
             inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in args]
             if isinstance(out, tuple):
                 _recorded.append((name, inputs, tuple(x.detach().clone() for x in out), None))
             else:
-                leaves = [x if isinstance(x, torch.Tensor) and x.requires_grad else None for x in \
-args]
+                leaves = [x if isinstance(x, torch.Tensor) and x.requires_grad else None for x in args]
                 grads = [None] * len(args)
                 if out.requires_grad and any(x is not None for x in leaves):
                     used = [x for x in leaves if x is not None]
-                    found = iter(torch.autograd.grad(out, used, retain_graph=True, \
-allow_unused=True))
+                    found = iter(torch.autograd.grad(out, used, retain_graph=True, allow_unused=True))
                     grads = [None if x is None else next(found) for x in leaves]
                 _recorded.append((name, inputs, out.detach().clone(), grads))
         torch.save(_recorded, _record_path)
@@ -323,11 +316,9 @@ def _same(a, b):
 
 
 def _replay(name, *args):
-    """The recorded outputs; for the loss, carrying the recorded gradients: out + sum g * (x - \
-x.detach())."""
+    """The recorded outputs; for the loss, carrying the recorded gradients: out + sum g * (x - x.detach())."""
     for seen_name, seen_inputs, out, grads in _table:
-        if seen_name == name and len(seen_inputs) == len(args) and all(_same(a, b) for a, b in \
-zip(seen_inputs, args)):
+        if seen_name == name and len(seen_inputs) == len(args) and all(_same(a, b) for a, b in zip(seen_inputs, args)):
             if isinstance(out, tuple):
                 return tuple(x.clone() for x in out)
             out = out.clone()

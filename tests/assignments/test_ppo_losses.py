@@ -68,8 +68,7 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     ratio = probability_ratio(logprobs, old_logprobs)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    return masked_mean(torch.minimum(unclipped, clipped), mask)  # BUG: torch.maximum, the \
-pessimistic bound
+    return masked_mean(torch.minimum(unclipped, clipped), mask)  # BUG: torch.maximum, the pessimistic bound
 """
 )
 
@@ -82,8 +81,7 @@ def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=N
     advantages = advantages.detach()
     ratio = probability_ratio(logprobs, old_logprobs)
     unclipped = -advantages * ratio
-    clipped = -torch.clamp(advantages, 1.0 - clip_eps, 1.0 + clip_eps) * ratio  # BUG: clip the \
-ratio, not A
+    clipped = -torch.clamp(advantages, 1.0 - clip_eps, 1.0 + clip_eps) * ratio  # BUG: clip the ratio, not A
     return masked_mean(torch.maximum(unclipped, clipped), mask)
 """
 )
@@ -165,8 +163,7 @@ SURROGATE_NOT_NEGATED = (
 def clipped_policy_loss(logprobs, old_logprobs, advantages, clip_eps=0.2, mask=None):
     advantages = advantages.detach()
     ratio = probability_ratio(logprobs, old_logprobs)
-    surrogate = torch.minimum(advantages * ratio, advantages * torch.clamp(ratio, 1.0 - clip_eps, \
-1.0 + clip_eps))
+    surrogate = torch.minimum(advantages * ratio, advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps))
     return masked_mean(surrogate, mask)  # BUG: -masked_mean(...), a loss to minimise
 """
 )
@@ -179,8 +176,7 @@ def clipped_value_loss(values, old_values, returns, clip_eps=0.2, mask=None):
     squared_error = (values - returns) ** 2
     if clip_eps is not None:
         old_values = old_values.detach()
-        clipped_values = torch.clamp(old_values, values - clip_eps, values + clip_eps)  # BUG: \
-V_old + clip(V - V_old)
+        clipped_values = torch.clamp(old_values, values - clip_eps, values + clip_eps)  # BUG: V_old + clip(V - V_old)
         squared_error = torch.maximum(squared_error, (clipped_values - returns) ** 2)
     return 0.5 * masked_mean(squared_error, mask)
 """
@@ -221,8 +217,7 @@ def ppo_loss(logits, actions, old_logprobs, values, old_values, advantages, retu
     policy = Categorical(logits=logits)
     if normalize:
         advantages = normalize_advantages(advantages.detach(), mask)
-    policy_loss = clipped_policy_loss(policy.log_prob(actions), old_logprobs, advantages, \
-clip_eps, mask)
+    policy_loss = clipped_policy_loss(policy.log_prob(actions), old_logprobs, advantages, clip_eps, mask)
     value_loss = clipped_value_loss(values, old_values, returns, value_clip_eps, mask)
     entropy_bonus = masked_mean(policy.entropy(), mask)
     {total}
@@ -237,8 +232,7 @@ ENTROPY_SIGN_FLIPPED = NORMALIZE + _ppo_loss(
 # (k) The advantages normalised over every entry, padding included.
 NORMALIZES_OVER_PADDING = """
 def normalize_advantages(advantages, mask=None, eps=1e-8):
-    normalized = (advantages - advantages.mean()) / torch.sqrt(advantages.var() + eps)  # BUG: \
-padding counted
+    normalized = (advantages - advantages.mean()) / torch.sqrt(advantages.var() + eps)  # BUG: padding counted
     return normalized if mask is None else normalized * mask.to(advantages.dtype)
 """ + _ppo_loss("return policy_loss + vf_coef * value_loss - ent_coef * entropy_bonus")
 
@@ -440,18 +434,15 @@ def _recorded_call(function):
         grads = [None] * len(inputs)
         seen = set()
         wanted = []
-        for i, x in enumerate(inputs):  # a tensor passed twice (old_values = values) gets its \
-gradient once
+        for i, x in enumerate(inputs):  # a tensor passed twice (old_values = values) gets its gradient once
             if isinstance(x, torch.Tensor) and x.requires_grad and id(x) not in seen:
                 seen.add(id(x))
                 wanted.append(i)
         if isinstance(out, torch.Tensor) and out.requires_grad and wanted:
-            found = torch.autograd.grad(out.sum(), [inputs[i] for i in wanted], retain_graph=True, \
-allow_unused=True)
+            found = torch.autograd.grad(out.sum(), [inputs[i] for i in wanted], retain_graph=True, allow_unused=True)
             for i, g in zip(wanted, found):
                 grads[i] = g
-        entry = (function.__name__, [_copy(a) for a in args], {{k: _copy(v) for k, v in \
-kwargs.items()}},
+        entry = (function.__name__, [_copy(a) for a in args], {{k: _copy(v) for k, v in kwargs.items()}},
                  _copy(out), dict(zip(names, grads)))
         torch.save(entry, os.path.join(_record_folder, f"{{_count[0]:07d}}.pt"))
         _count[0] += 1
@@ -493,14 +484,12 @@ def _call_key(name, args, kwargs):
 
 _table = {{}}
 for _file in sorted(os.listdir({folder!r})):
-    _name, _args, _kwargs, _out, _grads = torch.load(os.path.join({folder!r}, _file), \
-weights_only=False)
+    _name, _args, _kwargs, _out, _grads = torch.load(os.path.join({folder!r}, _file), weights_only=False)
     _table.setdefault(_call_key(_name, _args, _kwargs), (_out, _grads))
 
 
 def _replay(name, args, kwargs):
-    """The recorded output, carrying the recorded gradients: out + g * (x - x.detach()) (summed \
-for a scalar)."""
+    """The recorded output, carrying the recorded gradients: out + g * (x - x.detach()) (summed for a scalar)."""
     hit = _table.get(_call_key(name, args, kwargs))
     if hit is None:
         return None

@@ -73,8 +73,7 @@ def reward_to_go(rewards, mask, terminated, truncated, final_values, gamma):
     returns = torch.zeros_like(rewards)
     following = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.shape[1])):
-        following = mask[:, t] * (rewards[:, t] + gamma * (1.0 - episode_ends[:, t]) * following)  \
-# BUG: no bootstrap
+        following = mask[:, t] * (rewards[:, t] + gamma * (1.0 - episode_ends[:, t]) * following)  # BUG: no bootstrap
         returns[:, t] = following
     return returns
 """
@@ -111,14 +110,12 @@ def reinforce_loss(logprobs, returns, values, mask):
 # (f) In the training loop, the log-probabilities of freshly sampled actions instead of the actions
 # taken: the functions are right, the gradient is noise.
 LOGPROBS_OF_RESAMPLED_ACTIONS = """
-def train_reinforce(env_id="CartPole-v1", updates=30, episodes_per_update=16, gamma=0.99, \
-learning_rate=0.02,
+def train_reinforce(env_id="CartPole-v1", updates=30, episodes_per_update=16, gamma=0.99, learning_rate=0.02,
                     value_learning_rate=0.01, value_epochs=10, hidden_size=32, seed=0):
     torch.manual_seed(seed)
     envs = make_envs(env_id, episodes_per_update)
     obs_dim, n_actions = envs.single_observation_space.shape[0], int(envs.single_action_space.n)
-    policy = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, \
-n_actions))
+    policy = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, n_actions))
     value = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.Tanh(), nn.Linear(hidden_size, 1))
     policy_optimizer = torch.optim.Adam(policy.parameters(), lr=learning_rate)
     value_optimizer = torch.optim.Adam(value.parameters(), lr=value_learning_rate)
@@ -127,8 +124,7 @@ n_actions))
         batch = collect_episodes(envs, policy, seed=seed if update == 0 else None)
         with torch.no_grad():
             final_values = value(batch.final_obs).squeeze(-1)
-        G = reward_to_go(batch.rewards, batch.mask, batch.terminated, batch.truncated, \
-final_values, gamma)
+        G = reward_to_go(batch.rewards, batch.mask, batch.terminated, batch.truncated, final_values, gamma)
         distribution = Categorical(logits=policy(batch.obs))
         taken = distribution.log_prob(distribution.sample())  # BUG: batch.actions
         policy_loss = reinforce_loss(taken, G, value(batch.obs).squeeze(-1), batch.mask)

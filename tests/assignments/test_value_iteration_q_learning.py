@@ -85,8 +85,7 @@ VI_KEEPS_TERMINAL_VALUES = """
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     V = np.zeros(R.shape[0])
     while True:
-        V_next = (R + gamma * (P @ V)).max(axis=1)  # BUG: terminal states keep what P and R give \
-them
+        V_next = (R + gamma * (P @ V)).max(axis=1)  # BUG: terminal states keep what P and R give them
         converged = np.max(np.abs(V_next - V)) < tol
         V = V_next
         if converged:
@@ -111,8 +110,7 @@ def q_learning(env, episodes, alpha, gamma, epsilon, seed):
             action = epsilon_greedy(Q[state], epsilon, rng)
             next_state, reward, terminated, truncated, _ = env.step(action)
             ended = terminated or truncated
-            q_learning_update(Q, state, action, reward, next_state, ended, alpha, gamma)  # BUG: \
-terminated
+            q_learning_update(Q, state, action, reward, next_state, ended, alpha, gamma)  # BUG: terminated
             if ended:
                 break
             state = next_state
@@ -194,8 +192,7 @@ def q_learning(env, episodes, alpha, gamma, epsilon, seed):
 
 _KEY = '''
 def _key(value):
-    """What identifies an input: a copy of an array, the id of an environment, or the value \
-itself."""
+    """What identifies an input: a copy of an array, the id of an environment, or the value itself."""
     if isinstance(value, np.ndarray):
         return value.copy()
     if hasattr(value, "step") and hasattr(value, "reset"):
@@ -294,8 +291,7 @@ def bellman_optimality_backup(V, P, R, terminal, gamma):
     vi = """
 def value_iteration(P, R, terminal, gamma, tol=1e-8):
     hit = _lookup("value_iteration", P, R, terminal, gamma, tol)
-    return tuple(hit) if hit is not None else (np.zeros(R.shape[0]), np.zeros(R.shape[0], \
-dtype=int))
+    return tuple(hit) if hit is not None else (np.zeros(R.shape[0]), np.zeros(R.shape[0], dtype=int))
 """
     update = """
 def q_learning_update(Q, s, a, r, s_next, terminated, alpha, gamma):

@@ -25,8 +25,7 @@ NO_GAMMA_IN_LAMBDA_TERM = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     not_done = torch.ones_like(rewards) if dones is None else 1.0 - dones.to(rewards.dtype)
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
-last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -41,8 +40,7 @@ last_value.to(rewards.dtype)
 IGNORES_DONES = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
-last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -58,8 +56,7 @@ RECURSION_ACROSS_DONES = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     not_done = torch.ones_like(rewards) if dones is None else 1.0 - dones.to(rewards.dtype)
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
-last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -75,8 +72,7 @@ SKIPS_FIRST_STEP = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     not_done = torch.ones_like(rewards) if dones is None else 1.0 - dones.to(rewards.dtype)
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
-last_value.to(rewards.dtype)
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in range(num_steps - 1, 0, -1):  # BUG: stops before t = 0
@@ -95,8 +91,7 @@ def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
-        delta = rewards[:, t] + gamma * not_done[:, t] * values[:, t] - values[:, t]  # BUG: V_t, \
-not V_{t+1}
+        delta = rewards[:, t] + gamma * not_done[:, t] * values[:, t] - values[:, t]  # BUG: V_t, not V_{t+1}
         next_advantage = delta + gamma * lam * not_done[:, t] * next_advantage
         advantages[:, t] = next_advantage
     return advantages, advantages + values
@@ -108,10 +103,8 @@ DONE_ONE_STEP_LATE = """
 def gae(rewards, values, gamma, lam, dones=None, last_value=None):
     num_steps = rewards.shape[1]
     dones = torch.zeros_like(rewards) if dones is None else dones.to(rewards.dtype)
-    not_done = 1.0 - torch.cat([dones[:, 1:], torch.zeros_like(dones[:, :1])], dim=1)  # BUG: \
-d_{t+1}
-    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else \
-last_value.to(rewards.dtype)
+    not_done = 1.0 - torch.cat([dones[:, 1:], torch.zeros_like(dones[:, :1])], dim=1)  # BUG: d_{t+1}
+    next_value = torch.zeros_like(rewards[:, 0]) if last_value is None else last_value.to(rewards.dtype)
     next_advantage = torch.zeros_like(rewards[:, 0])
     advantages = torch.zeros_like(rewards)
     for t in reversed(range(num_steps)):
@@ -282,8 +275,7 @@ _table = torch.load({path!r}, weights_only=True)
 
 def _same(a, b):
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
-and torch.equal(a, b)
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
     return a == b
 
 

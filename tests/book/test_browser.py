@@ -40,15 +40,12 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = BUILD / "screenshots"
 
 READ_PAGE = """async () => {
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await \
-MathJax.startup.promise; }
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
   const images = Array.from(document.images);
   images.forEach(img => { img.loading = "eager"; });
-  await Promise.all(images.map(img => img.complete ? null : new Promise(r => { img.onload = \
-img.onerror = r; })));
+  await Promise.all(images.map(img => img.complete ? null : new Promise(r => { img.onload = img.onerror = r; })));
   const main = (document.querySelector("main") || document.body).cloneNode(true);
-  main.querySelectorAll("pre, code, script, style, mjx-container, .MathJax").forEach(e => \
-e.remove());
+  main.querySelectorAll("pre, code, script, style, mjx-container, .MathJax").forEach(e => e.remove());
   return {
     text: main.innerText,
     mathjax: document.querySelectorAll("main mjx-container").length,
