@@ -33,12 +33,14 @@ import torch
 import torch.multiprocessing as mp
 from tqdm.auto import tqdm
 
-from rlkit.a2c import clip_gradients, make_agent, rollout_loss, validate_actor_critic
+from rlkit.a2c import make_agent, rollout_loss
+from rlkit.actor_critic import clip_gradients, validate_actor_critic
 from rlkit.nets import ActorCritic, ValueView, adam_move, flatten_parameters
 from rlkit.presets import fill_from_preset
 from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
 from rlkit.training import (
     TrainResult,
+    eval_mode,
     greedy_returns,
     is_count,
     is_number,
@@ -388,5 +390,6 @@ def _history(run: SharedRun, started: float) -> list[dict[str, float]]:
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
     episodes."""
-    agent = result.agent.eval()
-    return float(greedy_returns(result.config.env_id, agent.greedy, episodes, seed).mean())
+    with eval_mode(result.agent):
+        returns = greedy_returns(result.config.env_id, result.agent.greedy, episodes, seed)
+    return float(returns.mean())

@@ -23,6 +23,7 @@ from rlkit.rollouts import require_registered
 from rlkit.training import (
     StepBudgetTrainer,
     TrainResult,
+    eval_mode,
     fit,
     greedy_returns,
     is_count,
@@ -369,9 +370,9 @@ def _gradient_step(q_online, q_target, optimizer, buffer, sampler, config) -> fl
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a Q(s, a)`` over ``episodes``
     episodes."""
-    q, device = result.agent.eval(), result.config.device
-    return float(
-        greedy_returns(
+    q, device = result.agent, result.config.device
+    with eval_mode(q):
+        returns = greedy_returns(
             result.config.env_id, lambda obs: q(obs.to(device)).argmax(dim=1), episodes, seed
-        ).mean()
-    )
+        )
+    return float(returns.mean())

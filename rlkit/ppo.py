@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import torch
 
-from rlkit.a2c import (
+from rlkit.actor_critic import (
     ActorCriticTrainer,
     advantages_and_returns,
     clip_gradients,
@@ -50,6 +50,7 @@ from rlkit.rollouts import BATCHED_ENVS, Rollout, require_registered
 from rlkit.training import (
     SCHEDULES,
     TrainResult,
+    eval_mode,
     fit,
     greedy_returns,
     is_count,
@@ -448,12 +449,12 @@ def greedy_actions(agent: ActorCritic, action_space: gym.Space):
 
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy over ``episodes`` episodes."""
-    agent, device = result.agent.eval(), result.config.device
+    agent, device = result.agent, result.config.device
     env = gym.make(result.config.env_id)
     act = greedy_actions(agent, env.action_space)
     env.close()
-    return float(
-        greedy_returns(
+    with eval_mode(agent):
+        returns = greedy_returns(
             result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed
-        ).mean()
-    )
+        )
+    return float(returns.mean())

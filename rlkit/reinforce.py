@@ -15,9 +15,9 @@ by it would bias the estimate and break the baseline's zero mean.
 Gymnasium 1.x, done right:
 - an episode that *terminated* has no future: its return stops there;
 - an episode that was *truncated* (a time limit) would have gone on: with a baseline, its last
-  reward gets ``gamma * V(final observation)`` added (DESIGN.md). Without a value function there is
-  nothing to bootstrap from, and REINFORCE treats the time limit as the end, as the textbook
-  algorithm does;
+  reward gets ``gamma * V(final observation)`` added (Chapter 1's truncation rule). Without a
+  value function there is nothing to bootstrap from, and REINFORCE treats the time limit as the
+  end, as the textbook algorithm does;
 - in NEXT_STEP mode the step after an episode end only resets that copy: the action is ignored, the
   reward is 0. It and everything after the copy's first episode are masked out and never trained on.
 """
@@ -39,6 +39,7 @@ from rlkit.rollouts import require_registered
 from rlkit.training import (
     StepBudgetTrainer,
     TrainResult,
+    eval_mode,
     fit,
     greedy_returns,
     is_count,
@@ -433,9 +434,9 @@ def _clip(module: torch.nn.Module, max_norm: float | None) -> float:
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
     episodes."""
-    policy, device = result.agent.eval(), result.config.device
-    return float(
-        greedy_returns(
+    policy, device = result.agent, result.config.device
+    with eval_mode(policy):
+        returns = greedy_returns(
             result.config.env_id, lambda obs: policy.greedy(obs.to(device)), episodes, seed
-        ).mean()
-    )
+        )
+    return float(returns.mean())

@@ -7,7 +7,8 @@ detail).
 
 The envs run in SAME_STEP autoreset mode: a copy whose episode ends is reset inside the same
 ``step`` call, the observation returned is the new episode's first one, and the true final
-observation arrives in ``info["final_obs"]``. Gymnasium 1.x, done right (DESIGN.md):
+observation arrives in ``info["final_obs"]``. Gymnasium 1.x, done right (Chapter 1, "Episodes,
+termination and truncation"):
 
 - ``dones[:, t] = 1`` when the episode ended at step t, by termination or truncation, so that GAE
   never bootstraps across it;

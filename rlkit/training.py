@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +166,20 @@ def greedy_returns(
     return np.concatenate([np.array(done[:per_env]) for done in finished])[:episodes]
 
 
+@contextmanager
+def eval_mode(*modules: torch.nn.Module) -> Iterator[None]:
+    """Evaluation mode (no dropout, frozen batch statistics) for the block; afterwards every
+    submodule is back in the mode it was in, also when the block raises."""
+    modes = [(sub, sub.training) for module in modules for sub in module.modules()]
+    try:
+        for module in modules:
+            module.eval()
+        yield
+    finally:
+        for sub, training in modes:
+            sub.training = training
+
+
 SCHEDULES = ("constant", "linear")
 
 
@@ -173,6 +188,15 @@ def scheduled(initial: float, schedule: str, progress: float) -> float:
     ``initial`` to 0."""
     require(schedule in SCHEDULES, "schedule", f"one of {SCHEDULES}", schedule)
     return initial if schedule == "constant" else initial * (1.0 - progress)
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, floor: float = 0.1) -> float:
+    """The learning-rate multiplier of the language-model trainers: linear warm-up to 1, then cosine
+    decay to ``floor`` (the RL trainers use ``scheduled``)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 class TrainingDiverged(RuntimeError):

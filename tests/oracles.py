@@ -2,8 +2,8 @@
 
 ``deepspeed_chat_gae`` is the reverse loop of DeepSpeed-Chat's PPO trainer
 (``get_advantages_and_returns``): one Python step per time index, vectorised over the batch, with
-the episode ends (``dones``), bootstrap (``last_value``) and token ``mask`` of DESIGN.md added the
-plain way.
+the episode ends (``dones``), bootstrap (``last_value``) and token ``mask`` of
+``rlkit.advantages.gae`` added the plain way.
 """
 
 from __future__ import annotations

@@ -9,14 +9,13 @@ import torch
 from rlkit.a2c import (
     A2CConfig,
     a2c_loss,
-    advantages_and_returns,
-    clip_gradients,
     make_agent,
     make_optimizer,
     rollout_loss,
     train,
     update,
 )
+from rlkit.actor_critic import advantages_and_returns, clip_gradients
 from rlkit.nets import flatten_parameters
 from rlkit.rollouts import RolloutCollector, make_vector_env
 

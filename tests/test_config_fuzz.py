@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlkit import a2c, a3c, dqn, ppo, reinforce
-from rlkit.a2c import SMALLEST_OPTIMIZER_EPS
+from rlkit.actor_critic import SMALLEST_OPTIMIZER_EPS
 from rlkit.training import TrainingDiverged, TrainResult
 
 SETTINGS = dict(

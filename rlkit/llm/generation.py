@@ -2,7 +2,7 @@
 layout.
 
 Prompts are left-padded, so that every prompt ends at the same position and generation continues all
-of them in step; responses are kept apart from prompts (DESIGN.md's response-only layout):
+of them in step; responses are kept apart from prompts (the response-only layout of Chapter 8):
 
 - ``response_ids[:, t]``: response token t, right-padded;
 - ``response_mask[:, t] = 1`` for the tokens up to and including the first EOS (eq-response-mask);
@@ -20,7 +20,7 @@ from transformers import GenerationConfig, PreTrainedModel
 
 from rlkit.llm.models import context_length
 from rlkit.llm.tokenizer import require_pad_token
-from rlkit.training import is_count, is_finite_number, require
+from rlkit.training import eval_mode, is_count, is_finite_number, require
 
 
 @dataclass
@@ -253,18 +253,17 @@ def generate_without_model_defaults(
     unset from the model's own ``generation_config``, so the model's is swapped out for the call
     (and the model put in eval mode: dropout would make the samples and their log-probabilities
     disagree)."""
-    saved, was_training = model.generation_config, model.training
+    saved = model.generation_config
     model.generation_config = config
-    model.eval()
     try:
-        return model.generate(
-            input_ids=prompts.input_ids,
-            attention_mask=prompts.attention_mask,
-            generation_config=config,
-        )
+        with eval_mode(model):
+            return model.generate(
+                input_ids=prompts.input_ids,
+                attention_mask=prompts.attention_mask,
+                generation_config=config,
+            )
     finally:
         model.generation_config = saved
-        model.train(was_training)
 
 
 @torch.no_grad()
@@ -294,8 +293,6 @@ def generate(
     mask = response_mask(response_ids, tokenizer.eos_token_id)
     response_ids = response_ids.masked_fill(mask == 0, require_pad_token(tokenizer))
     used_temperature = 1.0 if greedy else temperature
-    was_training = model.training
-    model.eval()
-    logprobs = response_logprobs(model, prompt_batch, response_ids, mask, used_temperature)
-    model.train(was_training)
+    with eval_mode(model):
+        logprobs = response_logprobs(model, prompt_batch, response_ids, mask, used_temperature)
     return Rollout(prompt_batch, response_ids, mask, logprobs, used_temperature)

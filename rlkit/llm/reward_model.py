@@ -27,12 +27,12 @@ from rlkit.llm.models import (
     reward_model_from_causal_lm,
     tiny_config,
 )
-from rlkit.llm.sft import warmup_cosine
 from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
 from rlkit.training import (
     Trainer,
     TrainResult,
+    eval_mode,
     fit,
     is_count,
     is_finite_number,
@@ -40,6 +40,7 @@ from rlkit.training import (
     require,
     require_device,
     seed_everything,
+    warmup_cosine,
 )
 
 
@@ -369,11 +370,10 @@ class RewardModelTrainer(Trainer):
             "learning_rate": learning_rate,
         }
         if step % config.eval_every == 0 or step == self.num_updates:
-            self.model.eval()
-            row["heldout_accuracy"] = pairwise_accuracy(
-                self.model, self.tokenizer, self.heldout_pairs
-            )
-            self.model.train()
+            with eval_mode(self.model):
+                row["heldout_accuracy"] = pairwise_accuracy(
+                    self.model, self.tokenizer, self.heldout_pairs
+                )
         return row
 
     def _state(self) -> dict:

@@ -11,7 +11,6 @@ inside).
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
 from rlkit.training import (
     Trainer,
     TrainResult,
+    eval_mode,
     fit,
     is_count,
     is_finite_number,
@@ -37,6 +37,7 @@ from rlkit.training import (
     require,
     require_device,
     seed_everything,
+    warmup_cosine,
 )
 
 IGNORE_INDEX = -100  # the label PyTorch's and Hugging Face's cross-entropy skip
@@ -175,31 +176,22 @@ def evaluate_task(
     model: PreTrainedModel, tokenizer, task: Task, examples: list[Example], batch_size: int = 500
 ) -> dict[str, float]:
     """Greedy decoding on ``examples``: the fraction answered exactly, and the mean task reward."""
-    was_training = model.training
-    model.eval()
     exact, rewards = 0, 0.0
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start : start + batch_size]
-        completions = generate(
-            model, tokenizer, [e.prompt for e in chunk], task.max_answer_length + 1, greedy=True
-        ).texts(tokenizer)
-        exact += sum(
-            completion == example.answer for completion, example in zip(completions, chunk)
-        )
-        rewards += sum(
-            task.reward(example.prompt, completion)
-            for completion, example in zip(completions, chunk)
-        )
-    model.train(was_training)
+    with eval_mode(model):
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start : start + batch_size]
+            prompts = [example.prompt for example in chunk]
+            completions = generate(
+                model, tokenizer, prompts, task.max_answer_length + 1, greedy=True
+            ).texts(tokenizer)
+            exact += sum(
+                completion == example.answer for completion, example in zip(completions, chunk)
+            )
+            rewards += sum(
+                task.reward(example.prompt, completion)
+                for completion, example in zip(completions, chunk)
+            )
     return {"exact_match": exact / len(examples), "mean_reward": rewards / len(examples)}
-
-
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, floor: float = 0.1) -> float:
-    """The learning-rate multiplier: linear warm-up to 1, then cosine decay to ``floor``."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 @dataclass
