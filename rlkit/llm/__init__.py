@@ -5,7 +5,7 @@ Needs the ``llm`` extra (``pip install -e ".[llm]"``): transformers, tokenizers 
 """
 
 from rlkit.llm.generation import (
-    Rollout,
+    ResponseBatch,
     encode_prompts,
     generate,
     left_pad,
@@ -59,7 +59,7 @@ __all__ = [
     "generate",
     "response_logprobs",
     "response_mask",
-    "Rollout",
+    "ResponseBatch",
     "SFTConfig",
     "train_sft",
     "RewardModelConfig",

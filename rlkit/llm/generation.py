@@ -109,7 +109,7 @@ def response_mask(response_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
 
 
 @dataclass
-class Rollout:
+class ResponseBatch:
     """Sampled responses to a batch of prompts, in the response-only layout (``[B, T_resp]``
     tensors)."""
 
@@ -276,7 +276,7 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     greedy: bool = False,
-) -> Rollout:
+) -> ResponseBatch:
     """Sample one response per prompt with ``model.generate`` (KV cache), and score it in the RL
     layout.
 
@@ -295,4 +295,4 @@ def generate(
     used_temperature = 1.0 if greedy else temperature
     with eval_mode(model):
         logprobs = response_logprobs(model, prompt_batch, response_ids, mask, used_temperature)
-    return Rollout(prompt_batch, response_ids, mask, logprobs, used_temperature)
+    return ResponseBatch(prompt_batch, response_ids, mask, logprobs, used_temperature)

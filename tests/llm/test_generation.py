@@ -8,7 +8,7 @@ import torch
 from transformers import GenerationConfig
 
 from rlkit.llm.generation import (
-    Rollout,
+    ResponseBatch,
     encode_prompts,
     generate,
     generate_without_model_defaults,
@@ -296,7 +296,7 @@ def test_texts_keep_sampled_special_tokens_and_drop_only_the_eos(tokenizer):
         [ids, ids[:3] + [tokenizer.eos_token_id] + [tokenizer.pad_token_id] * 4]
     )
     mask = response_mask(response, tokenizer.eos_token_id)
-    rollout = Rollout(
+    rollout = ResponseBatch(
         encode_prompts(tokenizer, ["S318402:"] * 2), response, mask, torch.zeros(mask.shape), 1.0
     )
     assert rollout.texts(tokenizer) == ["012<pad>348", "012"]
