@@ -39,9 +39,8 @@ from rlkit.presets import fill_from_preset
 from rlkit.rollouts import Rollout, require_registered
 from rlkit.training import (
     TrainResult,
-    eval_mode,
     fit,
-    greedy_returns,
+    greedy_mean_return,
     is_count,
     is_number,
     require,
@@ -273,8 +272,4 @@ def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> fl
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
     episodes."""
     agent, device = result.agent, result.config.device
-    with eval_mode(agent):
-        returns = greedy_returns(
-            result.config.env_id, lambda obs: agent.greedy(obs.to(device)), episodes, seed
-        )
-    return float(returns.mean())
+    return greedy_mean_return(result, lambda obs: agent.greedy(obs.to(device)), episodes, seed)

@@ -40,8 +40,7 @@ from rlkit.presets import fill_from_preset
 from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
 from rlkit.training import (
     TrainResult,
-    eval_mode,
-    greedy_returns,
+    greedy_mean_return,
     is_count,
     is_number,
     require,
@@ -390,6 +389,4 @@ def _history(run: SharedRun, started: float) -> list[dict[str, float]]:
 def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> float:
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
     episodes."""
-    with eval_mode(result.agent):
-        returns = greedy_returns(result.config.env_id, result.agent.greedy, episodes, seed)
-    return float(returns.mean())
+    return greedy_mean_return(result, result.agent.greedy, episodes, seed)

@@ -23,9 +23,8 @@ from rlkit.rollouts import require_registered
 from rlkit.training import (
     StepBudgetTrainer,
     TrainResult,
-    eval_mode,
     fit,
-    greedy_returns,
+    greedy_mean_return,
     is_count,
     is_finite_number,
     is_number,
@@ -371,8 +370,4 @@ def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> fl
     """Mean undiscounted return of the greedy policy ``argmax_a Q(s, a)`` over ``episodes``
     episodes."""
     q, device = result.agent, result.config.device
-    with eval_mode(q):
-        returns = greedy_returns(
-            result.config.env_id, lambda obs: q(obs.to(device)).argmax(dim=1), episodes, seed
-        )
-    return float(returns.mean())
+    return greedy_mean_return(result, lambda obs: q(obs.to(device)).argmax(dim=1), episodes, seed)

@@ -50,9 +50,8 @@ from rlkit.rollouts import BATCHED_ENVS, Rollout, require_registered
 from rlkit.training import (
     SCHEDULES,
     TrainResult,
-    eval_mode,
     fit,
-    greedy_returns,
+    greedy_mean_return,
     is_count,
     is_finite_number,
     is_number,
@@ -453,8 +452,4 @@ def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> fl
     env = gym.make(result.config.env_id)
     act = greedy_actions(agent, env.action_space)
     env.close()
-    with eval_mode(agent):
-        returns = greedy_returns(
-            result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed
-        )
-    return float(returns.mean())
+    return greedy_mean_return(result, lambda obs: act(obs.to(device)).cpu(), episodes, seed)

@@ -39,9 +39,8 @@ from rlkit.rollouts import require_registered
 from rlkit.training import (
     StepBudgetTrainer,
     TrainResult,
-    eval_mode,
     fit,
-    greedy_returns,
+    greedy_mean_return,
     is_count,
     is_finite_number,
     is_number,
@@ -435,8 +434,4 @@ def evaluate(result: TrainResult, episodes: int = 100, seed: int = 10_000) -> fl
     """Mean undiscounted return of the greedy policy ``argmax_a pi(a|s)`` over ``episodes``
     episodes."""
     policy, device = result.agent, result.config.device
-    with eval_mode(policy):
-        returns = greedy_returns(
-            result.config.env_id, lambda obs: policy.greedy(obs.to(device)), episodes, seed
-        )
-    return float(returns.mean())
+    return greedy_mean_return(result, lambda obs: policy.greedy(obs.to(device)), episodes, seed)

@@ -180,6 +180,15 @@ def eval_mode(*modules: torch.nn.Module) -> Iterator[None]:
             sub.training = training
 
 
+def greedy_mean_return(
+    result: TrainResult, act: Callable[[torch.Tensor], torch.Tensor], episodes: int, seed: int
+) -> float:
+    """The mean of ``greedy_returns`` with ``act`` on the result's environment, its agent in eval
+    mode for the episodes (and in its own mode again after): every algorithm's ``evaluate``."""
+    with eval_mode(result.agent):
+        return float(greedy_returns(result.config.env_id, act, episodes, seed).mean())
+
+
 SCHEDULES = ("constant", "linear")
 
 
