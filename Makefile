@@ -44,7 +44,10 @@ JOBS ?= 2
 # measures how A3C scales from one worker to two.
 NOTEBOOKS_ALONE := ch06_actor_critic
 PYTEST := $(BIN)/python -m pytest --durations=25
-XDIST := -n $(JOBS) --dist loadgroup
+# A module's tests on one worker (its module-scoped fixtures built once), in collection order: the
+# long tests first (tests/conftest.py). (--dist loadgroup would allow finer groups, but pytest-xdist
+# 3.8 cannot mark them on pytest 9's node ids.)
+XDIST := -n $(JOBS) --dist loadscope --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check
@@ -104,7 +107,7 @@ test:
 		"tests that need both cores (A3C), alone=$(PYTEST) -q -m 'alone and not book'" \
 		"notebooks executed, $(JOBS) at a time (Chapter 6 alone)!=$(MAKE) --no-print-directory notebooks" \
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
-		"notebook and browser checks=$(PYTEST) $(XDIST) -q -m book" \
+		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
 		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, SFT smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1'"
 

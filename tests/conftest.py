@@ -8,7 +8,7 @@ ran 6x slower.
 
 `make test` runs the tests in two pytest-xdist workers. A trained seed that several tests read (a
 learning test's per-seed run and the test that compares the seeds) is trained once per run, by
-whichever worker asks first, and stored under a lock; the other worker waits for it and reads it.
+whichever test (and worker) asks first, and stored under a lock; the others wait for it and read it.
 """
 
 from __future__ import annotations
@@ -54,26 +54,12 @@ def run_cache(tmp_path_factory, worker_id) -> RunCache:
     return RunCache((base if worker_id == "master" else base.parent) / "shared-results")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     """The long tests first (learning runs, nbgrader's grading), so that two workers finish
-    together instead of one waiting out the last long run while the other has nothing left; and
-    the tests of a module that builds a module-scoped fixture in one group (``--dist loadgroup``),
-    so that it is built once, not once per worker."""
+    together instead of one waiting out the last long run while the other has nothing left.
+    (``make test`` keeps each module on one worker, so a module-scoped fixture is built once.)"""
     items.sort(key=lambda item: not is_long(item))
-    for item in items:
-        if uses_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def is_long(item) -> bool:
     return item.get_closest_marker("learning") is not None or "assignments" in item.nodeid
-
-
-def uses_a_module_fixture(item) -> bool:
-    definitions = getattr(item, "_fixtureinfo", None)
-    return definitions is not None and any(
-        definition.scope == "module"
-        for name in definitions.names_closure
-        for definition in definitions.name2fixturedefs.get(name, ())
-    )
