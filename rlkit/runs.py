@@ -31,6 +31,7 @@ from rlkit.checkpoint import (
     set_global_rng_state,
     write_atomically,
 )
+from rlkit.rollouts import make_vector_env
 from rlkit.training import Trainer, TrainResult, fit, require_finite_weights
 
 CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE = "config.json", "metrics.csv", "checkpoint.pt"
@@ -304,7 +305,7 @@ def load_run(out: str | Path, device: str | None = None) -> tuple[Algorithm, Tra
     generators = global_rng_state()
     try:
         if spec.trainer is None:
-            envs = a2c.make_vector_env(config.env_id, 1)
+            envs = make_vector_env(config.env_id, 1)
             agent = a2c.make_agent(config, envs)
             envs.close()
             agent.load_state_dict(state["agent"])
