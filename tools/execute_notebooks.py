@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -39,9 +40,13 @@ def execute(path: Path, timeout: int) -> tuple[Path, nbformat.NotebookNode, floa
     """Run one notebook top to bottom in a fresh kernel, in its own folder (as the book build
     does)."""
     notebook = nbformat.read(path, as_version=4)
-    result = single_nb_execution(
-        notebook, cwd=str(path.parent), timeout=timeout, allow_errors=False
-    )
+    start = time.monotonic()
+    try:  # a kernel that dies or cannot start is this notebook's failure, not the whole run's
+        result = single_nb_execution(
+            notebook, cwd=str(path.parent), timeout=timeout, allow_errors=False
+        )
+    except Exception:
+        return path, notebook, time.monotonic() - start, traceback.format_exc()
     error = None if result.err is None else (result.exc_string or repr(result.err))
     return path, notebook, result.time, error
 
@@ -56,8 +61,11 @@ def run(paths: list[Path], jobs: int, timeout: int, cache) -> dict[str, str]:
     failures."""
     failures = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(execute, path, timeout) for path in longest_first(paths)]
+        futures = {pool.submit(execute, path, timeout): path for path in longest_first(paths)}
         for future in as_completed(futures):
+            if future.exception() is not None:  # the worker process itself died
+                failures[futures[future].name] = repr(future.exception())
+                continue
             path, notebook, seconds, error = future.result()
             status = "FAILED" if error else "ok"
             print(f"{path.name}: {seconds:6.1f} s  {status}", flush=True)

@@ -342,18 +342,26 @@ def sft_starting_point(folder: str | os.PathLike, seed: int = 0, target: float =
     reaches ``target``: about half the prompts are answered right, so RL has room to show what it
     adds. Processes that ask for the same folder at once (tests and notebooks run side by side)
     train it once: the first trains under a lock into a folder of its own and renames it into place,
-    the others wait and reuse it. A folder made with other settings is replaced.
+    the others wait and reuse it. A folder this function made with other settings is replaced; any
+    other non-empty folder is refused, never deleted.
     """
     require(is_finite_number(target) and 0 < target < 1, "target", "a number in (0, 1)", target)
     folder, config = Path(folder), SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)
     wanted = json.loads(json.dumps(asdict(config), default=str))
     saved = folder / "sft_config.json"
-    with FileLock(f"{folder}.lock"):
+    with FileLock(f"{folder.resolve()}.lock"):
         if saved.exists() and json.loads(saved.read_text()) == wanted:
             return folder
-        partial = folder.with_name(f"{folder.name}.{os.getpid()}.partial")
+        require(
+            not folder.exists() or saved.exists() or not any(folder.iterdir()),
+            "folder",
+            "a new or empty folder, or one that sft_starting_point made (with its sft_config.json)",
+            str(folder),
+        )
+        resolved = folder.resolve()
+        partial = resolved.with_name(f"{resolved.name}.{os.getpid()}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         save_pretrained(train_sft(config), partial)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(partial, folder)  # readers see the old folder, no folder, or the whole new one
+        shutil.rmtree(resolved, ignore_errors=True)
+        os.replace(partial, resolved)  # readers see the old folder, no folder, or the whole new one
     return folder

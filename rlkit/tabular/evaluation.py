@@ -64,13 +64,19 @@ def exact_policy_values(
                 "I - gamma * P_pi is singular: with gamma = 1 the policy must reach a terminal "
                 f"state, and from states {stuck.tolist()[:10]} it never does"
             )
-    return np.linalg.solve(np.eye(n_states) - gamma * P_pi, r_pi)
+    try:
+        return np.linalg.solve(np.eye(n_states) - gamma * P_pi, r_pi)
+    except np.linalg.LinAlgError as error:
+        raise ValueError(f"I - gamma * P_pi is singular (gamma = {gamma})") from error
 
 
 def never_terminating_states(P_pi: np.ndarray, terminal: np.ndarray | None) -> np.ndarray:
     """The states from which no path of positive probability under ``P_pi`` reaches a terminal
     state."""
-    reaches = np.zeros(len(P_pi), dtype=bool) if terminal is None else terminal.copy()
+    # a row that sums to less than 1 ends the episode with the missing probability
+    reaches = P_pi.sum(axis=1) < 1 - 1e-9
+    if terminal is not None:
+        reaches |= terminal
     moves = P_pi > 0
     while True:
         grown = reaches | moves[:, reaches].any(axis=1)

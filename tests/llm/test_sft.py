@@ -151,3 +151,10 @@ def test_bad_config_fields_are_refused_by_name(field, value):
 def test_an_answer_that_does_not_fit_the_context_is_refused():
     with pytest.raises(ValueError, match="num_digits must be small enough"):
         SFTTrainer(SFTConfig(num_digits=20, task="addition", num_heldout=10, max_steps=1))
+
+
+def test_the_starting_point_never_deletes_a_folder_it_did_not_make(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="folder must be a new or empty folder"):
+        sft_starting_point(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
