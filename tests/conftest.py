@@ -22,6 +22,8 @@ import pytest
 import torch
 from filelock import FileLock
 
+from rlkit.checkpoint import write_atomically
+
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
@@ -38,10 +40,8 @@ class RunCache:
         with FileLock(f"{path}.lock"):
             if path.exists():
                 return json.loads(path.read_text())
-            value = build()
-            partial = path.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text(json.dumps(value))
-            os.replace(partial, path)  # atomic: a reader sees all of it or nothing
+            text = json.dumps(build()).encode()
+            write_atomically(path, lambda file: file.write(text))  # a reader sees all or nothing
         # the builder gets the same JSON round trip as the readers
         return json.loads(path.read_text())
 
