@@ -59,7 +59,7 @@ def run_sb3(steps: int, seed: int, evaluate: bool) -> tuple[float, float | None]
 
 
 def run_rlkit(steps: int, seed: int, batched: bool, evaluate: bool) -> tuple[float, float | None]:
-    config = a2c.A2CConfig(env_id="CartPole-v1", seed=seed, total_steps=steps, batched_env=batched)
+    config = a2c.A2CConfig.for_env("CartPole-v1", seed=seed, total_steps=steps, batched_env=batched)
     start = time.perf_counter()
     result = a2c.train(config)
     rate = result.history[-1]["step"] / (time.perf_counter() - start)

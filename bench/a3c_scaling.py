@@ -40,8 +40,8 @@ def main() -> None:
     for round_index in range(args.rounds):
         for workers in (1, 2):
             result = train(
-                A3CConfig(
-                    env_id="CartPole-v1",
+                A3CConfig.for_env(
+                    "CartPole-v1",
                     seed=round_index,
                     total_steps=args.steps,
                     num_workers=workers,

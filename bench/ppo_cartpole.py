@@ -74,9 +74,9 @@ ZOO_SETTINGS = dict(num_envs=8, num_steps=32, minibatch_size=256, num_epochs=20,
 
 
 def run_rlkit(seed: int, steps: int = STEPS, **overrides) -> tuple[float, float | None]:
-    config = ppo.PPOConfig(env_id="CartPole-v1", seed=seed, total_steps=steps, **overrides)
+    config = ppo.PPOConfig.for_env("CartPole-v1", seed=seed, total_steps=steps, **overrides)
     # the preset's budget is the benchmark's
-    assert ppo.PPOConfig(env_id="CartPole-v1").total_steps == STEPS
+    assert ppo.PPOConfig.for_env("CartPole-v1").total_steps == STEPS
     start = time.perf_counter()
     result = ppo.train(config)
     seconds = time.perf_counter() - start

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ from rlkit.actor_critic import (
 )
 from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
 from rlkit.nets import ActorCritic
-from rlkit.presets import fill_from_preset
+from rlkit.presets import TestedPresets
 from rlkit.rollouts import Rollout, require_registered
 from rlkit.training import (
     TrainResult,
@@ -50,59 +51,44 @@ from rlkit.training import (
 )
 
 OPTIMIZERS = ("rmsprop", "adam")
-DEFAULTS = dict(
-    total_steps=500_000,
-    num_envs=8,
-    num_steps=5,
-    learning_rate=7e-4,
-    lr_schedule="constant",
-    gamma=0.99,
-    lam=1.0,
-    ent_coef=0.0,
-    vf_coef=0.5,
-    max_grad_norm=0.5,
-    optimizer="rmsprop",
-    rmsprop_alpha=0.99,
-    optimizer_eps=1e-5,
-    normalize_advantages=False,
-    hidden_sizes=(64, 64),
-    activation="tanh",
-    batched_env=False,
-)
 
 
 @dataclass
-class A2CConfig:
-    """A2C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
-    ``DEFAULTS``."""
+class A2CConfig(TestedPresets):
+    """A2C's hyperparameters, each with its default (rl-baselines3-zoo's CartPole-v1 A2C, which
+    is SB3's defaults with 8 envs and no entropy bonus).
+
+    ``A2CConfig.for_env(env_id, **overrides)`` applies the tested preset of ``env_id``
+    (``rlkit/presets.py``)."""
+
+    algorithm: ClassVar[str] = "a2c"
 
     env_id: str = "CartPole-v1"
     seed: int = 0
-    total_steps: int | None = None  # environment steps, all copies together
-    num_envs: int | None = None  # copies stepped in lockstep
-    num_steps: int | None = None  # steps per copy per update (the n of the n-step return)
-    learning_rate: float | None = None
-    lr_schedule: str | None = None  # "constant", or "linear" decay to 0 over training
-    gamma: float | None = None
-    lam: float | None = None  # GAE's lambda; 1.0 gives the n-step return (eq-n-step-advantage)
-    ent_coef: float | None = None  # weight of the entropy bonus
-    vf_coef: float | None = None  # weight of the value loss
-    max_grad_norm: float | None = None  # clip the global gradient norm (math.inf: never)
-    optimizer: str | None = None  # "rmsprop" (as A3C and SB3) or "adam"
-    rmsprop_alpha: float | None = None  # RMSprop's smoothing constant
-    optimizer_eps: float | None = None
-    normalize_advantages: bool | None = None  # whiten the advantages of each update
+    total_steps: int = 500_000  # environment steps, all copies together
+    num_envs: int = 8  # copies stepped in lockstep
+    num_steps: int = 5  # steps per copy per update (the n of the n-step return)
+    learning_rate: float = 7e-4
+    lr_schedule: str = "constant"  # "constant", or "linear" decay to 0 over training
+    gamma: float = 0.99
+    lam: float = 1.0  # GAE's lambda; 1.0 gives the n-step return (eq-n-step-advantage)
+    ent_coef: float = 0.0  # weight of the entropy bonus
+    vf_coef: float = 0.5  # weight of the value loss
+    max_grad_norm: float = 0.5  # clip the global gradient norm (math.inf: never)
+    optimizer: str = "rmsprop"  # "rmsprop" (as A3C and SB3) or "adam"
+    rmsprop_alpha: float = 0.99  # RMSprop's smoothing constant
+    optimizer_eps: float = 1e-5
+    normalize_advantages: bool = False  # whiten the advantages of each update
     # of both the policy and the value network (no shared layers)
-    hidden_sizes: tuple[int, ...] | None = None
-    activation: str | None = None
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
     # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
-    batched_env: bool | None = None
+    batched_env: bool = False
     device: str = "cpu"
     progress: bool = False
 
     def __post_init__(self) -> None:
-        require_registered(self.env_id)  # before the preset lookup, which needs a string
-        fill_from_preset(self, "a2c", DEFAULTS)
+        require_registered(self.env_id)
         self.hidden_sizes = require_sequence(
             self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
         )

@@ -28,6 +28,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from typing import ClassVar
 
 import torch
 import torch.multiprocessing as mp
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 from rlkit.a2c import make_agent, rollout_loss
 from rlkit.actor_critic import clip_gradients, validate_actor_critic
 from rlkit.nets import ActorCritic, ValueView, adam_move, flatten_parameters
-from rlkit.presets import fill_from_preset
+from rlkit.presets import TestedPresets
 from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
 from rlkit.training import (
     TrainResult,
@@ -49,57 +50,44 @@ from rlkit.training import (
     scheduled,
 )
 
-DEFAULTS = dict(
-    total_steps=500_000,
-    num_workers=2,
-    num_steps=20,
-    learning_rate=1e-3,
-    lr_schedule="constant",
-    gamma=0.99,
-    lam=1.0,
-    ent_coef=0.01,
-    vf_coef=0.5,
-    max_grad_norm=0.5,
-    adam_betas=(0.9, 0.999),
-    optimizer_eps=1e-5,
-    normalize_advantages=False,
-    hidden_sizes=(64, 64),
-    activation="tanh",
-)
 MAX_LOGGED_EPISODES = 100_000  # per worker
 
 
 @dataclass
-class A3CConfig:
-    """A3C's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
-    ``DEFAULTS``."""
+class A3CConfig(TestedPresets):
+    """A3C's hyperparameters, each with its default (the first settings tried on CartPole-v1:
+    untuned).
+
+    ``A3CConfig.for_env(env_id, **overrides)`` applies the tested preset of ``env_id``
+    (``rlkit/presets.py``)."""
+
+    algorithm: ClassVar[str] = "a3c"
 
     env_id: str = "CartPole-v1"
     seed: int = 0
-    total_steps: int | None = None  # environment steps, all workers together
-    num_workers: int | None = None  # processes, each with one environment and one thread
+    total_steps: int = 500_000  # environment steps, all workers together
+    num_workers: int = 2  # processes, each with one environment and one thread
     # steps a worker plays between two updates (the n of the n-step return)
-    num_steps: int | None = None
-    learning_rate: float | None = None
-    lr_schedule: str | None = None  # "constant", or "linear" decay to 0 with the shared step count
-    gamma: float | None = None
-    lam: float | None = None  # GAE's lambda; 1.0 gives the n-step return
-    ent_coef: float | None = None
-    vf_coef: float | None = None
+    num_steps: int = 20
+    learning_rate: float = 1e-3
+    lr_schedule: str = "constant"  # "constant", or "linear" decay to 0 with the shared step count
+    gamma: float = 0.99
+    lam: float = 1.0  # GAE's lambda; 1.0 gives the n-step return
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
     # clip each worker's gradient norm before it is applied (math.inf: never)
-    max_grad_norm: float | None = None
-    adam_betas: tuple[float, float] | None = None
-    optimizer_eps: float | None = None
-    normalize_advantages: bool | None = None
-    hidden_sizes: tuple[int, ...] | None = None
-    activation: str | None = None
+    max_grad_norm: float = 0.5
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    optimizer_eps: float = 1e-5
+    normalize_advantages: bool = False
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
     device: str = "cpu"  # shared memory between processes: CPU only
     progress: bool = False
     timeout: float | None = None  # seconds before the run is stopped with an error (None: never)
 
     def __post_init__(self) -> None:
-        require_registered(self.env_id)  # before the preset lookup, which needs a string
-        fill_from_preset(self, "a3c", DEFAULTS)
+        require_registered(self.env_id)
         self.hidden_sizes = require_sequence(
             self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
         )

@@ -29,7 +29,7 @@ from rlkit.training import TrainingDiverged
 
 # Meanings of the fields whose dataclass line carries no comment (the same in every algorithm).
 COMMON_MEANINGS = {
-    "env_id": "Gymnasium environment id (its tested preset fills the fields you leave out)",
+    "env_id": "Gymnasium environment id (rlkit train applies its tested preset, if it has one)",
     "seed": "seeds Python, NumPy, torch and the environments: same seed, same run on CPU",
     "total_steps": "environment steps to train for",
     "learning_rate": "the optimizer's step size",
@@ -71,21 +71,20 @@ def field_meanings(config_class: type) -> dict[str, str]:
 def hyperparameter_help(name: str) -> str:
     """The table ``rlkit train ALGO --help`` ends with."""
     spec = algorithm_named(name)
-    defaults = getattr(spec.module, "DEFAULTS", {})
     presets = PRESETS.get(name, {})
     lines = [
         f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes "
         "from the env's preset where there is one, else from the default):"
     ]
     for field in dataclasses.fields(spec.config):
-        default = defaults.get(field.name, field.default)
         tested = [
             f"{env}: {values[field.name]!r}"
             for env, values in presets.items()
-            if field.name in values and values[field.name] != default
+            if field.name in values
         ]
         lines.append(
-            f"  {field.name} = {default!r}" + (f" (preset {'; '.join(tested)})" if tested else "")
+            f"  {field.name} = {field.default!r}"
+            + (f" (preset {'; '.join(tested)})" if tested else "")
         )
         meaning = field_meanings(spec.config)[field.name]
         if meaning:
@@ -288,9 +287,9 @@ def _given_fields(args, spec) -> dict:
 
 
 def _config_from(args, spec):
-    return spec.config(
-        **{"env_id": "CartPole-v1", "seed": 0, **_given_fields(args, spec), "progress": True}
-    )
+    """The config the command line asks for: the environment's tested preset, then the options."""
+    given = {"env_id": "CartPole-v1", **_given_fields(args, spec), "progress": True}
+    return spec.config.for_env(given.pop("env_id"), **given)
 
 
 def _require_same(algorithm: str, saved, args, run: str) -> None:

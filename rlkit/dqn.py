@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 
 from rlkit.checkpoint import env_state, load_env_state
 from rlkit.nets import QNetwork
-from rlkit.presets import fill_from_preset
+from rlkit.presets import TestedPresets
 from rlkit.rollouts import require_registered
 from rlkit.training import (
     StepBudgetTrainer,
@@ -36,56 +37,41 @@ from rlkit.training import (
     seed_everything,
 )
 
-DEFAULTS = dict(
-    total_steps=100_000,
-    learning_rate=1e-3,
-    batch_size=64,
-    buffer_size=50_000,
-    learning_starts=1_000,
-    gamma=0.99,
-    target_update_interval=500,
-    train_frequency=4,
-    gradient_steps=1,
-    exploration_fraction=0.2,
-    start_epsilon=1.0,
-    end_epsilon=0.05,
-    hidden_sizes=(64, 64),
-    max_grad_norm=10.0,
-    double_dqn=False,
-)
-
 
 @dataclass
-class DQNConfig:
-    """DQN's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
-    ``DEFAULTS``."""
+class DQNConfig(TestedPresets):
+    """DQN's hyperparameters, each with its default (common DQN settings).
+
+    ``DQNConfig.for_env(env_id, **overrides)`` applies the tested preset of ``env_id``
+    (``rlkit/presets.py``): for CartPole-v1, rl-baselines3-zoo's."""
+
+    algorithm: ClassVar[str] = "dqn"
 
     env_id: str = "CartPole-v1"
     seed: int = 0
-    total_steps: int | None = None  # environment steps
-    learning_rate: float | None = None
-    batch_size: int | None = None
-    buffer_size: int | None = None  # replay capacity, in transitions
-    learning_starts: int | None = None  # steps of uniform-random play before the first update
-    gamma: float | None = None
+    total_steps: int = 100_000  # environment steps
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    buffer_size: int = 50_000  # replay capacity, in transitions
+    learning_starts: int = 1_000  # steps of uniform-random play before the first update
+    gamma: float = 0.99
     # steps between copies of the online net into the target net
-    target_update_interval: int | None = None
-    train_frequency: int | None = None  # steps between training bursts
-    gradient_steps: int | None = None  # gradient steps per burst
+    target_update_interval: int = 500
+    train_frequency: int = 4  # steps between training bursts
+    gradient_steps: int = 1  # gradient steps per burst
     # fraction of total_steps over which epsilon decays linearly
-    exploration_fraction: float | None = None
-    start_epsilon: float | None = None
-    end_epsilon: float | None = None
-    hidden_sizes: tuple[int, ...] | None = None
-    max_grad_norm: float | None = None
+    exploration_fraction: float = 0.2
+    start_epsilon: float = 1.0
+    end_epsilon: float = 0.05
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    max_grad_norm: float = 10.0
     # choose the next action with the online net, value it with the target net
-    double_dqn: bool | None = None
+    double_dqn: bool = False
     device: str = "cpu"
     progress: bool = False
 
     def __post_init__(self) -> None:
-        require_registered(self.env_id)  # before the preset lookup, which needs a string
-        fill_from_preset(self, "dqn", DEFAULTS)
+        require_registered(self.env_id)
         self.hidden_sizes = require_sequence(
             self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import torch
@@ -45,7 +46,7 @@ from rlkit.losses import (
     masked_whiten,
 )
 from rlkit.nets import ActorCritic, FlatAdam
-from rlkit.presets import fill_from_preset
+from rlkit.presets import TestedPresets
 from rlkit.rollouts import BATCHED_ENVS, Rollout, require_registered
 from rlkit.training import (
     SCHEDULES,
@@ -60,78 +61,55 @@ from rlkit.training import (
     scheduled,
 )
 
-# CleanRL's ppo.py defaults (4 minibatches of 4 x 128, value clipping at 0.2, entropy 0.01), for
-# environments without a preset.
-DEFAULTS = dict(
-    total_steps=500_000,
-    num_envs=4,
-    num_steps=128,
-    minibatch_size=128,
-    num_epochs=4,
-    learning_rate=2.5e-4,
-    lr_schedule="linear",
-    gamma=0.99,
-    lam=0.95,
-    clip_eps=0.2,
-    clip_schedule="constant",
-    value_clip_eps=0.2,
-    normalize_advantages=True,
-    ent_coef=0.01,
-    vf_coef=0.5,
-    max_grad_norm=0.5,
-    target_kl=None,
-    optimizer_eps=1e-5,
-    hidden_sizes=(64, 64),
-    activation="tanh",
-    initial_log_std=None,
-    batched_env=False,
-)
-
 
 @dataclass
-class PPOConfig:
-    """PPO's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``, else
-    ``DEFAULTS``."""
+class PPOConfig(TestedPresets):
+    """PPO's hyperparameters, each with its default (CleanRL's ``ppo.py``: 4 minibatches of
+    4 x 128, value clipping at 0.2, entropy 0.01).
+
+    ``PPOConfig.for_env(env_id, **overrides)`` applies the tested preset of ``env_id``
+    (``rlkit/presets.py``): for CartPole-v1 and Pendulum-v1, rl-baselines3-zoo's."""
+
+    algorithm: ClassVar[str] = "ppo"
 
     env_id: str = "CartPole-v1"
     seed: int = 0
     # environment steps, all copies together (rounded down to whole rollouts)
-    total_steps: int | None = None
-    num_envs: int | None = None  # copies stepped in lockstep
-    num_steps: int | None = None  # steps per copy per rollout
+    total_steps: int = 500_000
+    num_envs: int = 4  # copies stepped in lockstep
+    num_steps: int = 128  # steps per copy per rollout
     # transitions per gradient step; must divide num_envs * num_steps
-    minibatch_size: int | None = None
-    num_epochs: int | None = None  # passes over each rollout
-    learning_rate: float | None = None
-    lr_schedule: str | None = None  # "linear" (anneal to 0 over training) or "constant"
-    gamma: float | None = None
-    lam: float | None = None  # GAE's lambda
+    minibatch_size: int = 128
+    num_epochs: int = 4  # passes over each rollout
+    learning_rate: float = 2.5e-4
+    lr_schedule: str = "linear"  # "linear" (anneal to 0 over training) or "constant"
+    gamma: float = 0.99
+    lam: float = 0.95  # GAE's lambda
     # the ratio is clipped to [1 - clip_eps, 1 + clip_eps] (eq-ppo-clip; math.inf: never)
-    clip_eps: float | None = None
-    clip_schedule: str | None = None  # "constant", or "linear" to 0 (rl-baselines3-zoo's CartPole)
+    clip_eps: float = 0.2
+    clip_schedule: str = "constant"  # "constant", or "linear" to 0 (rl-baselines3-zoo's CartPole)
     # clip the critic's change per rollout (eq-ppo-value-clip); None: plain MSE
-    value_clip_eps: float | None = None
-    normalize_advantages: bool | None = None  # whiten the advantages of each minibatch
-    ent_coef: float | None = None  # weight of the entropy bonus
+    value_clip_eps: float | None = 0.2
+    normalize_advantages: bool = True  # whiten the advantages of each minibatch
+    ent_coef: float = 0.01  # weight of the entropy bonus
     # weight of the value loss, which is 0.5 * squared error (CleanRL's scale)
-    vf_coef: float | None = None
-    max_grad_norm: float | None = None  # clip the global gradient norm (math.inf: never)
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5  # clip the global gradient norm (math.inf: never)
     # stop after an epoch that leaves approx-KL on the rollout above it (None: never)
     target_kl: float | None = None
-    optimizer_eps: float | None = None  # Adam's eps (1e-5, not PyTorch's 1e-8)
+    optimizer_eps: float = 1e-5  # Adam's eps (1e-5, not PyTorch's 1e-8)
     # of both the policy and the value network (no shared layers)
-    hidden_sizes: tuple[int, ...] | None = None
-    activation: str | None = None
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
     # continuous actions only: the Gaussian's starting log-std (None: 0)
     initial_log_std: float | None = None
     # step the copies with rlkit's batched env (CartPole-v1) instead of SyncVectorEnv
-    batched_env: bool | None = None
+    batched_env: bool = False
     device: str = "cpu"
     progress: bool = False
 
     def __post_init__(self) -> None:
         require_registered(self.env_id)
-        fill_from_preset(self, "ppo", DEFAULTS)
         self.hidden_sizes = require_sequence(
             self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
         )

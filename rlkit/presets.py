@@ -1,9 +1,15 @@
 """Tested hyperparameters per algorithm and environment: the one place they live (like
 rl-baselines3-zoo).
 
-A config takes these for every field the caller leaves out, and the algorithm's defaults for the
-rest. Each preset is the one the learning tests train with; change it only with those tests.
+A config's fields carry the algorithm's defaults; ``XConfig.for_env(env_id, **overrides)``
+replaces them with the tested preset of ``env_id``, then with the overrides. A preset holds only
+what differs from the defaults (``tests/test_presets.py`` checks it), and each is the one the
+learning tests train with: change it only with those tests.
 """
+
+from __future__ import annotations
+
+from typing import ClassVar
 
 PRESETS: dict[str, dict[str, dict]] = {
     "dqn": {
@@ -11,10 +17,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "CartPole-v1": dict(
             total_steps=50_000,
             learning_rate=2.3e-3,
-            batch_size=64,
             buffer_size=100_000,
-            learning_starts=1_000,
-            gamma=0.99,
             target_update_interval=10,
             train_frequency=256,
             gradient_steps=128,
@@ -24,39 +27,17 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     "a2c": {
-        # rl-baselines3-zoo's CartPole-v1 A2C (hyperparams/a2c.yml: 8 envs, 5e5 steps, ent_coef 0,
-        # SB3's defaults)
+        # A2CConfig's defaults are rl-baselines3-zoo's CartPole-v1 A2C (hyperparams/a2c.yml: 8
+        # envs, 5e5 steps, ent_coef 0, SB3's defaults)
         "CartPole-v1": dict(
-            total_steps=500_000,
-            num_envs=8,
-            num_steps=5,
-            learning_rate=7e-4,
-            lr_schedule="constant",
-            gamma=0.99,
-            lam=1.0,
-            ent_coef=0.0,
-            vf_coef=0.5,
-            max_grad_norm=0.5,
-            optimizer="rmsprop",
-            hidden_sizes=(64, 64),
             # rlkit's batched CartPole: same transitions as Gymnasium's, fewer operations
             batched_env=True,
         ),
     },
     "a3c": {
-        # the first settings tried (Adam 1e-3, 20-step returns, entropy 0.01, two workers): untuned
-        "CartPole-v1": dict(
-            total_steps=500_000,
-            num_workers=2,
-            num_steps=20,
-            learning_rate=1e-3,
-            gamma=0.99,
-            lam=1.0,
-            ent_coef=0.01,
-            vf_coef=0.5,
-            max_grad_norm=0.5,
-            hidden_sizes=(64, 64),
-        ),
+        # A3CConfig's defaults, the first settings tried (Adam 1e-3, 20-step returns, entropy
+        # 0.01, two workers): untuned, and what the learning test trains with
+        "CartPole-v1": dict(),
     },
     "ppo": {
         # rl-baselines3-zoo's CartPole-v1 PPO (hyperparams/ppo.yml: 8 envs x 32 steps, batch 256, 20
@@ -74,17 +55,12 @@ PRESETS: dict[str, dict[str, dict]] = {
             minibatch_size=256,
             num_epochs=10,
             learning_rate=1e-3,
-            lr_schedule="linear",
             gamma=0.98,
             lam=0.8,
-            clip_eps=0.2,
             clip_schedule="linear",
             ent_coef=0.0,
             vf_coef=1.0,
             value_clip_eps=None,
-            max_grad_norm=0.5,
-            normalize_advantages=True,
-            hidden_sizes=(64, 64),
             # rlkit's batched CartPole: same transitions as Gymnasium's, fewer operations
             batched_env=True,
         ),
@@ -93,51 +69,38 @@ PRESETS: dict[str, dict[str, dict]] = {
         # efficiently. Seeds 0-7 reach a greedy -160 to -200 (Chapter 7's note).
         "Pendulum-v1": dict(
             total_steps=200_000,
-            num_envs=4,
             num_steps=1024,
             minibatch_size=64,
             num_epochs=10,
             learning_rate=1e-3,
             lr_schedule="constant",
             gamma=0.9,
-            lam=0.95,
-            clip_eps=0.2,
-            clip_schedule="constant",
             ent_coef=0.0,
             vf_coef=1.0,
             value_clip_eps=None,
-            max_grad_norm=0.5,
-            normalize_advantages=True,
-            hidden_sizes=(64, 64),
         ),
     },
     "reinforce": {
-        # untuned: the first settings tried; seeds 0-7 all reach a greedy return >= 495 (Chapter 5's
-        # note)
-        "CartPole-v1": dict(
-            total_steps=200_000,
-            episodes_per_update=8,
-            learning_rate=1e-3,
-            value_learning_rate=1e-3,
-            value_epochs=10,
-            gamma=0.99,
-            baseline=True,
-            normalize_advantages=False,
-            hidden_sizes=(64, 64),
-        ),
+        # ReinforceConfig's defaults, the first settings tried: untuned; seeds 0-7 all reach a
+        # greedy return >= 495 (Chapter 5's note)
+        "CartPole-v1": dict(),
     },
 }
 
 
 def preset(algorithm: str, env_id: str) -> dict:
-    """The tested preset for ``env_id`` (empty when there is none)."""
+    """The tested preset of ``algorithm`` for ``env_id`` (empty when there is none)."""
     return dict(PRESETS.get(algorithm, {}).get(env_id, {}))
 
 
-def fill_from_preset(config, algorithm: str, defaults: dict) -> None:
-    """Set every field of ``config`` still None from the tested preset for ``config.env_id``, else
-    ``defaults``."""
-    tested = preset(algorithm, config.env_id)
-    for name, default in defaults.items():
-        if getattr(config, name) is None:
-            setattr(config, name, tested.get(name, default))
+class TestedPresets:
+    """What every algorithm's config dataclass inherits: ``for_env``, its named constructor."""
+
+    algorithm: ClassVar[str]  # the key of the algorithm's presets in PRESETS
+
+    @classmethod
+    def for_env(cls, env_id: str, **overrides):
+        """The config for ``env_id``: its fields' defaults, then the tested preset of ``env_id``
+        (if it has one), then ``overrides``."""
+        tested = preset(cls.algorithm, env_id) if isinstance(env_id, str) else {}
+        return cls(env_id=env_id, **{**tested, **overrides})

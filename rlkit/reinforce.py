@@ -25,6 +25,7 @@ Gymnasium 1.x, done right:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -34,7 +35,7 @@ from rlkit.advantages import discounted_returns
 from rlkit.checkpoint import env_state, load_env_state
 from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
-from rlkit.presets import fill_from_preset
+from rlkit.presets import TestedPresets
 from rlkit.rollouts import require_registered
 from rlkit.training import (
     StepBudgetTrainer,
@@ -52,46 +53,37 @@ from rlkit.training import (
     seed_everything,
 )
 
-DEFAULTS = dict(
-    total_steps=200_000,
-    episodes_per_update=8,
-    learning_rate=1e-3,
-    value_learning_rate=1e-3,
-    value_epochs=10,
-    gamma=0.99,
-    baseline=True,
-    normalize_advantages=False,
-    hidden_sizes=(64, 64),
-    max_grad_norm=None,
-)
-
 
 @dataclass
-class ReinforceConfig:
-    """REINFORCE's hyperparameters. Fields left as None come from ``rlkit.presets`` for ``env_id``,
-    else ``DEFAULTS``."""
+class ReinforceConfig(TestedPresets):
+    """REINFORCE's hyperparameters, each with its default (the first settings tried on
+    CartPole-v1: untuned).
+
+    ``ReinforceConfig.for_env(env_id, **overrides)`` applies the tested preset of ``env_id``
+    (``rlkit/presets.py``)."""
+
+    algorithm: ClassVar[str] = "reinforce"
 
     env_id: str = "CartPole-v1"
     seed: int = 0
-    total_steps: int | None = None  # environment steps of the episodes trained on
+    total_steps: int = 200_000  # environment steps of the episodes trained on
     # complete episodes per gradient estimate (one per env copy)
-    episodes_per_update: int | None = None
-    learning_rate: float | None = None  # policy's Adam step size
-    value_learning_rate: float | None = None  # baseline's Adam step size
-    value_epochs: int | None = None  # gradient steps on the baseline per update (full batch)
-    gamma: float | None = None
+    episodes_per_update: int = 8
+    learning_rate: float = 1e-3  # policy's Adam step size
+    value_learning_rate: float = 1e-3  # baseline's Adam step size
+    value_epochs: int = 10  # gradient steps on the baseline per update (full batch)
+    gamma: float = 0.99
     # learn V(s) and subtract it from the return (eq-reinforce-baseline)
-    baseline: bool | None = None
+    baseline: bool = True
     # whiten G_t - b(s_t) over the batch (a common, biased, trick)
-    normalize_advantages: bool | None = None
-    hidden_sizes: tuple[int, ...] | None = None
+    normalize_advantages: bool = False
+    hidden_sizes: tuple[int, ...] = (64, 64)
     max_grad_norm: float | None = None  # clip the policy gradient's global norm (None: never)
     device: str = "cpu"
     progress: bool = False
 
     def __post_init__(self) -> None:
-        require_registered(self.env_id)  # before the preset lookup, which needs a string
-        fill_from_preset(self, "reinforce", DEFAULTS)
+        require_registered(self.env_id)
         self.hidden_sizes = require_sequence(
             self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
         )

@@ -32,9 +32,9 @@ def hand_n_step(rewards, values, dones, last_value, gamma):
     return returns - values, returns
 
 
-def small_setup(seed=0, **overrides):
-    config = A2CConfig(
-        seed=seed, total_steps=400, num_envs=4, num_steps=6, batched_env=False, **overrides
+def small_setup(seed=0, env_id="CartPole-v1", **overrides):
+    config = A2CConfig.for_env(
+        env_id, seed=seed, total_steps=400, num_envs=4, num_steps=6, batched_env=False, **overrides
     )
     torch.manual_seed(seed)
     envs = make_vector_env(config.env_id, config.num_envs)
@@ -118,9 +118,9 @@ def test_update_equals_the_recipe_written_out_on_separate_parameters():
 
 
 def test_same_seed_same_numbers_and_history_columns():
-    first = train(A2CConfig(seed=3, total_steps=2_000))
-    second = train(A2CConfig(seed=3, total_steps=2_000))
-    other = train(A2CConfig(seed=4, total_steps=2_000))
+    first = train(A2CConfig.for_env("CartPole-v1", seed=3, total_steps=2_000))
+    second = train(A2CConfig.for_env("CartPole-v1", seed=3, total_steps=2_000))
+    other = train(A2CConfig.for_env("CartPole-v1", seed=4, total_steps=2_000))
     for a, b in zip(first.agent.parameters(), second.agent.parameters()):
         assert torch.equal(a, b)
     assert not all(
@@ -135,8 +135,13 @@ def test_same_seed_same_numbers_and_history_columns():
 
 
 def test_linear_learning_rate_schedule_decays_to_zero():
-    config = A2CConfig(
-        seed=0, total_steps=400, lr_schedule="linear", optimizer="adam", learning_rate=1e-3
+    config = A2CConfig.for_env(
+        "CartPole-v1",
+        seed=0,
+        total_steps=400,
+        lr_schedule="linear",
+        optimizer="adam",
+        learning_rate=1e-3,
     )
     assert config.num_updates == 10
     rates = train(config).column("learning_rate")
@@ -144,7 +149,9 @@ def test_linear_learning_rate_schedule_decays_to_zero():
         torch.tensor(rates),
         torch.tensor([1e-3 * (1 - k / 10) for k in range(10)], dtype=torch.float64),
     )
-    assert set(train(A2CConfig(seed=0, total_steps=400)).column("learning_rate")) == {7e-4}
+    assert set(
+        train(A2CConfig.for_env("CartPole-v1", seed=0, total_steps=400)).column("learning_rate")
+    ) == {7e-4}
 
 
 @pytest.mark.parametrize(
@@ -183,19 +190,16 @@ def test_bad_configs_raise_naming_the_field(field, value, match):
 
 def test_continuous_or_unknown_envs_raise_naming_env_id():
     with pytest.raises(ValueError, match=r"env_id must be an environment with Discrete actions"):
-        train(A2CConfig(env_id="Pendulum-v1", total_steps=100))
+        train(A2CConfig.for_env("Pendulum-v1", total_steps=100))
     with pytest.raises(ValueError, match="env_id must be a registered gymnasium environment"):
-        train(A2CConfig(env_id="NoSuchEnv-v0", total_steps=100))
+        train(A2CConfig.for_env("NoSuchEnv-v0", total_steps=100))
     with pytest.raises(ValueError, match="batched_env must be False for 'Acrobot-v1'"):
-        train(A2CConfig(env_id="Acrobot-v1", total_steps=100, batched_env=True))
+        train(A2CConfig.for_env("Acrobot-v1", total_steps=100, batched_env=True))
 
 
-def test_presets_fill_only_the_fields_left_out():
-    config = A2CConfig(learning_rate=1e-3)
-    assert (
-        config.learning_rate == 1e-3
-        and config.num_envs == 8
-        and config.num_steps == 5
-        and config.batched_env
-    )
-    assert A2CConfig(env_id="Acrobot-v1").batched_env is False  # no preset: the defaults
+def test_for_env_applies_the_preset_then_the_overrides():
+    config = A2CConfig.for_env("CartPole-v1", learning_rate=1e-3)
+    assert config.learning_rate == 1e-3 and config.batched_env  # the override, the preset
+    assert (config.num_envs, config.num_steps, config.optimizer) == (8, 5, "rmsprop")  # defaults
+    assert A2CConfig().batched_env is False  # a plain config is exactly its fields
+    assert A2CConfig.for_env("Acrobot-v1") == A2CConfig(env_id="Acrobot-v1")  # no preset

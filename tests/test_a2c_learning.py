@@ -13,7 +13,7 @@ def greedy_score(run_cache, seed):
     """The greedy mean return over 100 episodes of seed `seed`, trained once per test run."""
 
     def train_and_evaluate():
-        result = train(A2CConfig(env_id="CartPole-v1", seed=seed))
+        result = train(A2CConfig.for_env("CartPole-v1", seed=seed))
         assert result.history[-1]["step"] == result.config.total_steps == 500_000
         return evaluate(result, episodes=100)
 

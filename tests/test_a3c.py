@@ -19,7 +19,8 @@ from rlkit.rollouts import make_vector_env
 def small_config(**overrides):
     settings = dict(seed=0, total_steps=4_000, num_workers=2, num_steps=10)
     settings.update(overrides)
-    return A3CConfig(**settings)
+    env_id = settings.pop("env_id", "CartPole-v1")
+    return A3CConfig.for_env(env_id, **settings)
 
 
 def test_model_and_every_optimizer_statistic_live_in_shared_memory():
@@ -246,5 +247,5 @@ def test_bad_configs_raise_naming_the_field(field, value, match):
 
 def test_a_continuous_env_is_refused_before_any_worker_starts():
     with pytest.raises(ValueError, match="env_id must be an environment with Discrete actions"):
-        train(A3CConfig(env_id="Pendulum-v1", total_steps=100))
+        train(A3CConfig.for_env("Pendulum-v1", total_steps=100))
     assert not multiprocessing.active_children()

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.learning, pytest.mark.alone]  # two workers need both 
 def greedy_scores():
     scores = {}
     for seed in SEEDS:
-        result = train(A3CConfig(env_id="CartPole-v1", seed=seed, timeout=900))
+        result = train(A3CConfig.for_env("CartPole-v1", seed=seed, timeout=900))
         assert result.config.total_steps == 500_000 and result.config.num_workers == 2
         assert result.history[-1]["step"] <= 500_000 + 2 * result.config.num_steps
         scores[seed] = evaluate(result, episodes=100)

@@ -17,6 +17,7 @@ time; ``RLKIT_FUZZ_SCALE=10`` runs ten times as many, for a longer search.
 The last tests replay what the fuzzing found, one example per finding.
 """
 
+import dataclasses
 import math
 import os
 import re
@@ -406,8 +407,8 @@ def check(algorithm: str, fields: dict, replaced: dict, run: bool) -> None:
 
 def cases(algorithm: str, huge: bool, skip: set[str] = frozenset()):
     _, config_class, valid = ALGORITHMS[algorithm]
-    annotations = {
-        name: str(field.type) for name, field in config_class.__dataclass_fields__.items()
+    annotations = {  # dataclasses.fields: not the ClassVar ``algorithm``
+        field.name: str(field.type) for field in dataclasses.fields(config_class)
     }
     return st.tuples(valid, replacements(annotations, huge, skip))
 
@@ -587,20 +588,22 @@ def test_the_stricter_checks_still_accept_the_boundaries(config_class, fields):
     config_class(**fields)
 
 
-def tiny_a2c(**fields):
+def tiny_a2c(env_id="CartPole-v1", **fields):
     return a2c.train(
-        a2c.A2CConfig(
+        a2c.A2CConfig.for_env(
+            env_id,
             **{
                 **dict(total_steps=4, num_envs=1, num_steps=2, hidden_sizes=[4], batched_env=False),
                 **fields,
-            }
+            },
         )
     )
 
 
-def tiny_ppo(**fields):
+def tiny_ppo(env_id="CartPole-v1", **fields):
     return ppo.train(
-        ppo.PPOConfig(
+        ppo.PPOConfig.for_env(
+            env_id,
             **{
                 **dict(
                     total_steps=8,
@@ -612,7 +615,7 @@ def tiny_ppo(**fields):
                     batched_env=False,
                 ),
                 **fields,
-            }
+            },
         )
     )
 
@@ -621,10 +624,16 @@ def tiny_ppo(**fields):
 # weights).
 FIXED_IN_A2C_AND_PPO = [
     pytest.param(
-        lambda: a2c.A2CConfig(env_id=["CartPole-v1"]), id="A2C-env_id-list-TypeError-in-presets"
+        lambda: a2c.A2CConfig.for_env(["CartPole-v1"]), id="A2C-env_id-list-TypeError-in-presets"
     ),
-    pytest.param(lambda: a2c.A2CConfig(activation=["tanh"]), id="A2C-activation-list-TypeError"),
-    pytest.param(lambda: ppo.PPOConfig(activation={}), id="PPO-activation-dict-TypeError"),
+    pytest.param(
+        lambda: a2c.A2CConfig.for_env("CartPole-v1", activation=["tanh"]),
+        id="A2C-activation-list-TypeError",
+    ),
+    pytest.param(
+        lambda: ppo.PPOConfig.for_env("CartPole-v1", activation={}),
+        id="PPO-activation-dict-TypeError",
+    ),
     pytest.param(lambda: tiny_a2c(learning_rate=1e39), id="A2C-learning_rate-1e39-RuntimeError"),
     pytest.param(lambda: tiny_ppo(learning_rate=3e38), id="PPO-learning_rate-3e38-RuntimeError"),
     pytest.param(lambda: tiny_ppo(clip_eps=1e39), id="PPO-clip_eps-1e39-RuntimeError"),
@@ -653,7 +662,8 @@ def test_found_in_a2c_and_ppo_is_refused_naming_a_field(build):
 
 
 def test_ppo_with_clip_eps_inf_never_clips_and_trains():
-    config = ppo.PPOConfig(
+    config = ppo.PPOConfig.for_env(
+        "CartPole-v1",
         total_steps=8,
         num_envs=2,
         num_steps=4,

@@ -40,8 +40,12 @@ def test_replay_buffer_wraps_around():
 
 
 def test_epsilon_decays_linearly_then_stays():
-    config = DQNConfig(
-        total_steps=1000, exploration_fraction=0.5, start_epsilon=1.0, end_epsilon=0.1
+    config = DQNConfig.for_env(
+        "CartPole-v1",
+        total_steps=1000,
+        exploration_fraction=0.5,
+        start_epsilon=1.0,
+        end_epsilon=0.1,
     )
     assert epsilon_at(0, config) == 1.0
     assert epsilon_at(250, config) == pytest.approx(0.55)
@@ -49,7 +53,7 @@ def test_epsilon_decays_linearly_then_stays():
 
 
 def test_the_cartpole_preset_fills_only_what_the_caller_leaves_out():
-    config = DQNConfig(env_id="CartPole-v1", learning_rate=1e-4)
+    config = DQNConfig.for_env("CartPole-v1", learning_rate=1e-4)
     assert (
         config.learning_rate == 1e-4
         and config.train_frequency == 256
@@ -75,7 +79,7 @@ def test_bad_config_raises_a_value_error_naming_the_field(kwargs, field):
 
 def test_a_continuous_action_environment_is_refused():
     with pytest.raises(ValueError, match="env_id must be an environment with Discrete actions"):
-        train(DQNConfig(env_id="Pendulum-v1", total_steps=10))
+        train(DQNConfig.for_env("Pendulum-v1", total_steps=10))
 
 
 def test_same_seed_same_numbers():
@@ -89,7 +93,7 @@ def test_same_seed_same_numbers():
         hidden_sizes=(16,),
         seed=3,
     )
-    first, second = train(DQNConfig(**config)), train(DQNConfig(**config))
+    first, second = train(DQNConfig.for_env(**config)), train(DQNConfig.for_env(**config))
     for a, b in zip(first.agent.parameters(), second.agent.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert first.history == second.history
@@ -115,12 +119,8 @@ def test_a_truncated_step_is_stored_with_its_true_final_observation_and_not_as_t
         lambda self, *transition: stored.append(transition) or original_add(self, *transition),
     )
     train(
-        DQNConfig(
-            env_id="rlkit-test/CartPole5-v0",
-            total_steps=20,
-            learning_starts=100,
-            buffer_size=64,
-            seed=1,
+        DQNConfig.for_env(
+            "rlkit-test/CartPole5-v0", total_steps=20, learning_starts=100, buffer_size=64, seed=1
         )
     )
     assert len(stored) == 20

@@ -16,7 +16,6 @@ from rlkit.rollouts import RolloutCollector, make_vector_env
 
 def small_config(env_id="CartPole-v1", **overrides):
     fields = dict(
-        env_id=env_id,
         seed=0,
         total_steps=512,
         num_envs=4,
@@ -26,7 +25,7 @@ def small_config(env_id="CartPole-v1", **overrides):
         learning_rate=3e-4,
         batched_env=False,
     )
-    return ppo.PPOConfig(**{**fields, **overrides})
+    return ppo.PPOConfig.for_env(env_id, **{**fields, **overrides})
 
 
 def collect_one(config):
@@ -239,8 +238,8 @@ def test_continuous_policy_starts_at_the_given_spread_and_evaluates_within_the_b
     assert -1700 < ppo.evaluate(result, episodes=2) <= 0
 
 
-def test_presets_fill_only_the_fields_left_out():
-    config = ppo.PPOConfig(env_id="CartPole-v1", num_epochs=5)
+def test_for_env_applies_the_preset_then_the_overrides():
+    config = ppo.PPOConfig.for_env("CartPole-v1", num_epochs=5)
     cartpole = PRESETS["ppo"]["CartPole-v1"]
     assert config.num_epochs == 5 and config.total_steps == cartpole["total_steps"] == 100_000
     assert (config.num_envs, config.num_steps, config.minibatch_size, config.gamma, config.lam) == (
@@ -250,18 +249,19 @@ def test_presets_fill_only_the_fields_left_out():
         0.98,
         0.8,
     )
+    assert config.value_clip_eps is None  # the presets leave value clipping off
     assert (
-        ppo.PPOConfig(env_id="Pendulum-v1").num_steps == PRESETS["ppo"]["Pendulum-v1"]["num_steps"]
+        ppo.PPOConfig.for_env("Pendulum-v1").num_steps == PRESETS["ppo"]["Pendulum-v1"]["num_steps"]
     )
-    other = ppo.PPOConfig(env_id="Acrobot-v1")  # no preset: CleanRL's defaults
-    assert (other.num_steps, other.minibatch_size, other.lr_schedule, other.optimizer_eps) == (
+    plain = ppo.PPOConfig()  # exactly its fields: CleanRL's defaults, on CartPole-v1 too
+    assert (plain.num_steps, plain.minibatch_size, plain.lr_schedule, plain.optimizer_eps) == (
         128,
         128,
         "linear",
         1e-5,
     )
-    assert (other.value_clip_eps, other.ent_coef) == (0.2, 0.01)
-    assert config.value_clip_eps is None  # the presets leave value clipping off
+    assert (plain.value_clip_eps, plain.ent_coef) == (0.2, 0.01)
+    assert ppo.PPOConfig.for_env("Acrobot-v1") == ppo.PPOConfig(env_id="Acrobot-v1")  # no preset
 
 
 BAD_CONFIGS = [
@@ -315,13 +315,13 @@ BAD_CONFIGS = [
 )
 def test_bad_configs_raise_a_value_error_naming_the_field(overrides, field):
     with pytest.raises(ValueError, match=rf"^{field} must be"):
-        ppo.PPOConfig(**overrides)
+        ppo.PPOConfig.for_env(**{"env_id": "CartPole-v1", **overrides})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_a_device_this_machine_lacks_is_refused():
     with pytest.raises(ValueError, match="^device must be 'cpu' or an available device"):
-        ppo.PPOConfig(device="cuda")
+        ppo.PPOConfig.for_env("CartPole-v1", device="cuda")
 
 
 def test_options_that_do_not_fit_the_environment_are_refused_before_training():

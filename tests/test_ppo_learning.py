@@ -15,7 +15,7 @@ def trained_seed(run_cache, env_id, seed):
     and its mean training return over the first five updates."""
 
     def train_and_evaluate():
-        result = train(PPOConfig(env_id=env_id, seed=seed))
+        result = train(PPOConfig.for_env(env_id, seed=seed))
         config = result.config
         assert (
             config.total_steps - config.batch_size
@@ -49,7 +49,7 @@ def test_ppo_trains_each_seed_for_its_total_steps(run_cache, env_id, seed):
 
 def test_ppo_reaches_475_on_cartpole_within_100k_steps_on_every_seed(run_cache):
     scores, _ = scores_and_first_returns(run_cache, "CartPole-v1")
-    assert PPOConfig(env_id="CartPole-v1").total_steps == 100_000
+    assert PPOConfig.for_env("CartPole-v1").total_steps == 100_000
     assert all(score >= 475 for score in scores.values()), scores
 
 
@@ -57,7 +57,7 @@ def test_ppo_improves_pendulum_from_about_minus_1200_to_better_than_minus_400_on
     run_cache,
 ):
     scores, first_returns = scores_and_first_returns(run_cache, "Pendulum-v1")
-    assert PPOConfig(env_id="Pendulum-v1").total_steps == 200_000
+    assert PPOConfig.for_env("Pendulum-v1").total_steps == 200_000
     # it starts where a random policy is
     assert all(first < -900 for first in first_returns.values()), first_returns
     assert sum(score > -400 for score in scores.values()) >= 2, scores

@@ -238,7 +238,7 @@ def test_an_action_dependent_baseline_shifts_the_mean(policy_and_fitted_baseline
 
 
 def test_the_cartpole_preset_fills_only_what_the_caller_leaves_out():
-    config = ReinforceConfig(env_id="CartPole-v1", learning_rate=3e-4)
+    config = ReinforceConfig.for_env("CartPole-v1", learning_rate=3e-4)
     assert (
         config.learning_rate == 3e-4 and config.total_steps == 200_000 and config.baseline is True
     )
@@ -263,7 +263,7 @@ def test_bad_config_raises_a_value_error_naming_the_field(kwargs, field):
 
 def test_a_continuous_action_environment_is_refused():
     with pytest.raises(ValueError, match="env_id must be an environment with Discrete actions"):
-        train(ReinforceConfig(env_id="Pendulum-v1", total_steps=10))
+        train(ReinforceConfig.for_env("Pendulum-v1", total_steps=10))
 
 
 @pytest.mark.parametrize("baseline", [True, False])
@@ -271,7 +271,10 @@ def test_same_seed_same_numbers(baseline):
     config = dict(
         total_steps=400, episodes_per_update=4, hidden_sizes=(16,), seed=3, baseline=baseline
     )
-    first, second = train(ReinforceConfig(**config)), train(ReinforceConfig(**config))
+    first, second = (
+        train(ReinforceConfig.for_env("CartPole-v1", **config)),
+        train(ReinforceConfig.for_env("CartPole-v1", **config)),
+    )
     for a, b in zip(first.agent.parameters(), second.agent.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert first.history == second.history and (first.critic is None) == (not baseline)

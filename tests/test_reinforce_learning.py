@@ -13,7 +13,7 @@ def greedy_score(run_cache, seed):
     """The greedy mean return over 100 episodes of seed `seed`, trained once per test run."""
 
     def train_and_evaluate():
-        result = train(ReinforceConfig(env_id="CartPole-v1", seed=seed))
+        result = train(ReinforceConfig.for_env("CartPole-v1", seed=seed))
         assert result.config.baseline and result.config.total_steps <= 200_000
         # the last update may finish its episodes
         assert result.history[-1]["step"] < 200_000 + 8 * 500

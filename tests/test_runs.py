@@ -2,6 +2,7 @@
 rlkit.cli)."""
 
 import csv
+import dataclasses
 import os
 import signal
 import subprocess
@@ -25,20 +26,30 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Small configs of every resumable algorithm: a few seconds each, several updates.
 SMALL = {
-    "ppo": ppo.PPOConfig(total_steps=256 * 12, seed=3),
-    "ppo-pendulum": ppo.PPOConfig(
-        env_id="Pendulum-v1", total_steps=512 * 6, num_envs=2, num_steps=256, seed=3
+    "ppo": ppo.PPOConfig.for_env("CartPole-v1", total_steps=256 * 12, seed=3),
+    "ppo-pendulum": ppo.PPOConfig.for_env(
+        "Pendulum-v1", total_steps=512 * 6, num_envs=2, num_steps=256, seed=3
     ),
-    "ppo-gym-envs": ppo.PPOConfig(
-        total_steps=128 * 10, num_envs=4, num_steps=32, minibatch_size=32, batched_env=False
+    "ppo-gym-envs": ppo.PPOConfig.for_env(
+        "CartPole-v1",
+        total_steps=128 * 10,
+        num_envs=4,
+        num_steps=32,
+        minibatch_size=32,
+        batched_env=False,
     ),
-    "a2c": a2c.A2CConfig(total_steps=40 * 40, seed=3, lr_schedule="linear"),
-    "a2c-adam": a2c.A2CConfig(total_steps=40 * 40, optimizer="adam", batched_env=False),
+    "a2c": a2c.A2CConfig.for_env("CartPole-v1", total_steps=40 * 40, seed=3, lr_schedule="linear"),
+    "a2c-adam": a2c.A2CConfig.for_env(
+        "CartPole-v1", total_steps=40 * 40, optimizer="adam", batched_env=False
+    ),
     # its state is a tuple
-    "a2c-mountaincar": a2c.A2CConfig(env_id="MountainCar-v0", total_steps=40 * 12, seed=1),
-    "reinforce": reinforce.ReinforceConfig(total_steps=3000, seed=3),
-    "reinforce-no-baseline": reinforce.ReinforceConfig(total_steps=3000, baseline=False),
-    "dqn": dqn.DQNConfig(
+    "a2c-mountaincar": a2c.A2CConfig.for_env("MountainCar-v0", total_steps=40 * 12, seed=1),
+    "reinforce": reinforce.ReinforceConfig.for_env("CartPole-v1", total_steps=3000, seed=3),
+    "reinforce-no-baseline": reinforce.ReinforceConfig.for_env(
+        "CartPole-v1", total_steps=3000, baseline=False
+    ),
+    "dqn": dqn.DQNConfig.for_env(
+        "CartPole-v1",
         total_steps=3000,
         learning_starts=500,
         buffer_size=1000,
@@ -47,8 +58,8 @@ SMALL = {
         gradient_steps=8,
     ),
 }
-SMALL["dqn-float32-reward"] = dqn.DQNConfig(
-    env_id="tests.crashing_env:rlkit-test/Float32RewardCartPole-v0",
+SMALL["dqn-float32-reward"] = dqn.DQNConfig.for_env(
+    "tests.crashing_env:rlkit-test/Float32RewardCartPole-v0",
     total_steps=3000,
     learning_starts=500,
     buffer_size=1000,
@@ -196,8 +207,8 @@ def test_a_run_whose_checkpoint_write_fails_stops_with_a_clear_error(tmp_path, m
 def test_a_loss_that_turns_nan_stops_the_run_naming_the_update_and_the_quantity(tmp_path):
     """The env's reward turns NaN at its 300th step: the value loss is NaN in the update that trains
     on it."""
-    config = ppo.PPOConfig(
-        env_id="tests.crashing_env:rlkit-test/NaNRewardCartPole-v0",
+    config = ppo.PPOConfig.for_env(
+        "tests.crashing_env:rlkit-test/NaNRewardCartPole-v0",
         num_envs=1,
         num_steps=64,
         minibatch_size=32,
@@ -228,7 +239,7 @@ def test_an_unwritable_out_folder_is_refused_before_training(tmp_path):
     blocker.write_text("not a folder")
     started = time.perf_counter()
     with pytest.raises(RunError, match="not a writable folder"):
-        train_run("ppo", ppo.PPOConfig(), blocker / "run")
+        train_run("ppo", ppo.PPOConfig.for_env("CartPole-v1"), blocker / "run")
     assert time.perf_counter() - started < 2.0  # refused up front, not after 500k steps
 
 
@@ -236,7 +247,7 @@ def test_an_unwritable_out_folder_is_refused_before_training(tmp_path):
 def test_a_read_only_out_folder_is_refused_before_training(tmp_path):
     (tmp_path / "ro").mkdir(mode=0o500)
     with pytest.raises(RunError, match="not a writable folder"):
-        train_run("ppo", ppo.PPOConfig(), tmp_path / "ro" / "run")
+        train_run("ppo", ppo.PPOConfig.for_env("CartPole-v1"), tmp_path / "ro" / "run")
 
 
 def test_an_existing_run_is_never_overwritten(tmp_path):
@@ -351,14 +362,10 @@ def test_help_lists_every_hyperparameter_with_its_default_and_meaning(algorithm,
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     spec = ALGORITHMS[algorithm]
+    defaults = {field.name: field.default for field in dataclasses.fields(spec.config)}
     for name, meaning in field_meanings(spec.config).items():
         assert meaning, f"{spec.config.__name__}.{name} has no comment and no common meaning"
-        default = getattr(spec.module, "DEFAULTS", {}).get(name, "")
-        assert (
-            f"  {name} = {default!r}" in text
-            if name in getattr(spec.module, "DEFAULTS", {})
-            else f"  {name} = " in text
-        )
+        assert f"  {name} = {defaults[name]!r}" in text
         assert meaning in text
 
 
@@ -495,7 +502,7 @@ def test_a_crash_between_checkpoint_and_metrics_is_repaired_on_resume(tmp_path):
 
 def test_a_config_the_environment_refuses_leaves_no_run_behind(tmp_path):
     with pytest.raises(ValueError, match="env_id"):
-        train_run("dqn", dqn.DQNConfig(env_id="Pendulum-v1"), tmp_path / "run")
+        train_run("dqn", dqn.DQNConfig.for_env("Pendulum-v1"), tmp_path / "run")
     train_run("a2c", SMALL["a2c"], tmp_path / "run")  # the folder is still free
 
 
@@ -573,7 +580,9 @@ def test_plot_keeps_two_groups_of_the_same_name_apart(tmp_path):
 def test_a3c_runs_end_with_a_checkpoint_but_cannot_be_resumed(tmp_path):
     from rlkit.a3c import A3CConfig
 
-    result = train_run("a3c", A3CConfig(total_steps=2000, num_workers=1), tmp_path / "run")
+    result = train_run(
+        "a3c", A3CConfig.for_env("CartPole-v1", total_steps=2000, num_workers=1), tmp_path / "run"
+    )
     spec, loaded = load_run(tmp_path / "run")
     assert all(
         torch.equal(a, b) for a, b in zip(weights(loaded).values(), weights(result).values())

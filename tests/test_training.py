@@ -39,7 +39,9 @@ def test_eval_mode_restores_the_modes_when_the_block_raises():
 
 
 def test_an_algorithms_evaluate_leaves_its_agent_in_the_mode_it_found():
-    result = a2c.train(a2c.A2CConfig(total_steps=80, num_envs=2, num_steps=5))
+    result = a2c.train(
+        a2c.A2CConfig.for_env("CartPole-v1", total_steps=80, num_envs=2, num_steps=5)
+    )
     result.agent.train()
     a2c.evaluate(result, episodes=2)
     assert result.agent.training
