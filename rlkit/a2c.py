@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from rlkit.actor_critic import (
     ActorCriticTrainer,
     advantages_and_returns,
-    clip_gradients,
+    clip_grad_norm,
     validate_actor_critic,
 )
 from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
@@ -48,6 +48,7 @@ from rlkit.training import (
     require_discrete_actions_and_flat_obs,
     require_sequence,
     scheduled,
+    set_learning_rate,
 )
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -171,7 +172,7 @@ def rollout_loss(
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     if config.normalize_advantages:
         advantages = masked_whiten(advantages)
-    logprobs, entropies, values = agent.evaluate(
+    logprobs, entropies, values = agent.log_prob_entropy_and_value(
         rollout.obs.flatten(0, 1), rollout.actions.flatten(0, 1)
     )
     loss, metrics = a2c_loss(
@@ -189,17 +190,16 @@ def rollout_loss(
 
 def update(
     agent: ActorCritic,
-    flat: torch.nn.Parameter,
     optimizer: torch.optim.Optimizer,
     rollout: Rollout,
     config: A2CConfig,
 ) -> dict[str, float]:
-    """One A2C gradient step on one rollout; the logged metrics. ``flat`` holds the agent's
-    parameters (``flatten_parameters``), and ``optimizer`` steps it."""
+    """One A2C gradient step on one rollout; the logged metrics."""
     loss, metrics = rollout_loss(agent, rollout, config)
+    # set_to_none=False: the parameters' gradients are views of the flat buffer's, zeroed in place
     optimizer.zero_grad(set_to_none=False)
     loss.backward()
-    metrics["grad_norm"] = clip_gradients(flat, config.max_grad_norm)
+    metrics["grad_norm"] = clip_grad_norm(agent.parameters(), config.max_grad_norm)
     optimizer.step()
     return metrics
 
@@ -228,20 +228,19 @@ class A2CTrainer(ActorCriticTrainer):
     algorithm = "a2c"
 
     def __init__(self, config: A2CConfig):
-        super().__init__(config, make_agent, lambda flat, config: make_optimizer([flat], config))
+        super().__init__(config, make_agent, make_optimizer)
 
     def _update(self) -> dict[str, float]:
         config = self.config
         learning_rate = scheduled(
             config.learning_rate, config.lr_schedule, self.updates_done / config.num_updates
         )
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+        set_learning_rate(self.optimizer, learning_rate)
         rollout = self.collector.collect()
         row = {
             "step": self.collector.env_steps,
             "learning_rate": learning_rate,
-            **update(self.agent, self.flat, self.optimizer, rollout, config),
+            **update(self.agent, self.optimizer, rollout, config),
         }
         if rollout.episode_returns:
             row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)

@@ -35,7 +35,7 @@ import torch.multiprocessing as mp
 from tqdm.auto import tqdm
 
 from rlkit.a2c import make_agent, rollout_loss
-from rlkit.actor_critic import clip_gradients, validate_actor_critic
+from rlkit.actor_critic import clip_grad_norm, validate_actor_critic
 from rlkit.nets import ActorCritic, ValueView, adam_move, flatten_parameters
 from rlkit.presets import TestedPresets
 from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
@@ -48,6 +48,7 @@ from rlkit.training import (
     require_finite_weights,
     require_sequence,
     scheduled,
+    set_learning_rate,
 )
 
 MAX_LOGGED_EPISODES = 100_000  # per worker
@@ -241,14 +242,14 @@ def worker_loop(rank: int, config: A3CConfig, run: SharedRun) -> None:
     collector = RolloutCollector(envs, local, config.num_steps, config.gamma, seed)
     while int(run.worker_steps.sum()) < config.total_steps:
         progress = float(run.worker_steps.sum()) / config.total_steps
-        run.optimizer.param_groups[0]["lr"] = scheduled(
-            config.learning_rate, config.lr_schedule, progress
+        set_learning_rate(
+            run.optimizer, scheduled(config.learning_rate, config.lr_schedule, progress)
         )
         rollout = collector.collect()
         loss, _ = rollout_loss(local, rollout, config)
         local_flat.grad.zero_()
         loss.backward()
-        clip_gradients(local_flat, config.max_grad_norm)
+        clip_grad_norm(local.parameters(), config.max_grad_norm)
         run.optimizer.step()  # Hogwild: no lock around the shared update
         local_flat.data.copy_(run.flat.data)
         run.worker_steps[rank] += rollout.num_transitions

@@ -313,8 +313,8 @@ def _require_same(algorithm: str, saved, args, run: str) -> None:
 
 
 def command_eval(args) -> None:
-    from rlkit.evaluation import iqm, stratified_bootstrap_ci
     from rlkit.runs import evaluate_run
+    from rlkit.statistics import iqm, stratified_bootstrap_ci
 
     returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
     point, low, high = stratified_bootstrap_ci(returns, "mean", seed=0)

@@ -307,7 +307,7 @@ class ActorCritic(nn.Module):
         )
         return actions, logprobs, values
 
-    def evaluate(
+    def log_prob_entropy_and_value(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s), entropy of pi(.|s), V(s))`` for stored observations and actions, with
@@ -375,57 +375,75 @@ def adam_move(
 
 
 class FlatAdam:
-    """Adam (Kingma & Ba, 2015) for one flat parameter (``flatten_parameters``), in seven tensor
-    operations.
+    """Adam (Kingma & Ba, 2015) for one flat parameter (``flatten_parameters``): a drop-in for
+    ``torch.optim.Adam([flat], lr, betas, eps)`` in seven tensor operations per step.
 
     The same arithmetic as ``torch.optim.Adam`` (``tests/test_nets.py`` compares them step by step),
-    without its per-call machinery (hooks, parameter groups, state dicts), which costs more than the
-    arithmetic itself when PPO takes thousands of steps on a network of a few thousand weights.
+    without its per-call machinery (hooks, per-parameter state, foreach grouping), which costs more
+    than the arithmetic itself when PPO takes thousands of steps on a network of a few thousand
+    weights. Like a torch optimizer it keeps ``lr`` in ``param_groups``.
     """
 
     def __init__(
         self,
-        flat: nn.Parameter,
+        params,
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
     ):
-        self.flat, self.lr, self.betas, self.eps = flat, lr, betas, eps
-        self.exp_avg, self.exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
+        params = list(params)
+        if len(params) != 1:
+            raise ValueError(
+                "params must be one flat parameter (rlkit.nets.flatten_parameters), got "
+                f"{len(params)} tensors"
+            )
+        self.flat = params[0]
+        self.param_groups = [{"params": params, "lr": lr, "betas": tuple(betas), "eps": eps}]
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
         self.steps = 0
+
+    @property
+    def lr(self) -> float:
+        return self.param_groups[0]["lr"]
 
     @torch.no_grad()
     def step(self) -> None:
         """``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``,
         ``theta <- theta - lr m_hat / (sqrt(v_hat) + eps)``."""
-        beta1, beta2 = self.betas
+        group = self.param_groups[0]
+        beta1, beta2 = group["betas"]
         grad = self.flat.grad
         self.steps += 1
         self.exp_avg.lerp_(grad, 1.0 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
         adam_move(
-            self.flat, self.exp_avg, self.exp_avg_sq, self.steps, self.lr, self.betas, self.eps
+            self.flat,
+            self.exp_avg,
+            self.exp_avg_sq,
+            self.steps,
+            group["lr"],
+            group["betas"],
+            group["eps"],
         )
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zero the gradient in place, always: the module's gradients are views of it."""
         self.flat.grad.zero_()
 
     def state_dict(self) -> dict:
+        group = self.param_groups[0]
         return {
-            "lr": self.lr,
-            "betas": self.betas,
-            "eps": self.eps,
+            "lr": group["lr"],
+            "betas": group["betas"],
+            "eps": group["eps"],
             "steps": self.steps,
             "exp_avg": self.exp_avg,
             "exp_avg_sq": self.exp_avg_sq,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.lr, self.betas, self.eps, self.steps = (
-            state["lr"],
-            tuple(state["betas"]),
-            state["eps"],
-            state["steps"],
-        )
+        group = self.param_groups[0]
+        group["lr"], group["betas"], group["eps"] = state["lr"], tuple(state["betas"]), state["eps"]
+        self.steps = state["steps"]
         self.exp_avg.copy_(state["exp_avg"])
         self.exp_avg_sq.copy_(state["exp_avg_sq"])

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 
-from rlkit.evaluation import curve_band
+from rlkit.statistics import curve_band
 
 __all__ = [
     "plot_value_heatmap",
@@ -237,9 +237,9 @@ def plot_mean_and_band(
     ``band="ci95"``: the mean, and a 95% confidence interval of it (1.96 standard errors);
     ``band="std"``: the mean, and one standard deviation of the runs; ``band="bootstrap"``:
     ``statistic`` (``"mean"`` or ``"iqm"``, the interquartile mean) and its bootstrap percentile
-    interval at level ``confidence``, from :func:`rlkit.evaluation.curve_band` with ``reps`` and
+    interval at level ``confidence``, from :func:`rlkit.statistics.curve_band` with ``reps`` and
     ``seed``: the rliable way, with no assumption of normal runs (with very few runs every interval
-    here is too narrow; see :mod:`rlkit.evaluation`). The band says how much of a difference between
+    here is too narrow; see :mod:`rlkit.statistics`). The band says how much of a difference between
     curves is noise.
     """
     runs = np.atleast_2d(np.asarray(runs, dtype=float))

@@ -34,7 +34,7 @@ import torch
 from rlkit.actor_critic import (
     ActorCriticTrainer,
     advantages_and_returns,
-    clip_gradients,
+    clip_grad_norm,
     validate_actor_critic,
 )
 from rlkit.losses import (
@@ -59,6 +59,7 @@ from rlkit.training import (
     require,
     require_sequence,
     scheduled,
+    set_learning_rate,
 )
 
 
@@ -282,18 +283,14 @@ def minibatches(batch: Batch, minibatch_size: int, generator: torch.Generator):
 
 
 def ppo_loss(
-    agent: ActorCritic,
-    minibatch: Batch,
-    config: PPOConfig,
-    clip_eps: float,
-    normalize_advantages: bool,
+    agent: ActorCritic, minibatch: Batch, config: PPOConfig, clip_eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """eq-ppo-loss on one minibatch; the loss and its parts ``[policy loss, value loss, entropy]``
     (detached)."""
-    logprobs, entropies, values = agent.evaluate(minibatch.obs, minibatch.actions)
-    advantages = (
-        masked_whiten(minibatch.advantages) if normalize_advantages else minibatch.advantages
-    )
+    logprobs, entropies, values = agent.log_prob_entropy_and_value(minibatch.obs, minibatch.actions)
+    advantages = minibatch.advantages
+    if config.normalize_advantages:
+        advantages = masked_whiten(advantages)
     policy_loss = clipped_policy_loss(logprobs, minibatch.logprobs, advantages, clip_eps)
     value_loss = clipped_value_loss(
         values, minibatch.values, minibatch.returns, config.value_clip_eps
@@ -310,8 +307,7 @@ LOSS_PARTS = ("policy_loss", "value_loss", "entropy")
 
 def update(
     agent: ActorCritic,
-    flat: torch.nn.Parameter,
-    optimizer: FlatAdam,
+    optimizer: torch.optim.Optimizer | FlatAdam,
     rollout: Rollout,
     config: PPOConfig,
     clip_eps: float,
@@ -326,23 +322,21 @@ def update(
     """
     advantages, returns = advantages_and_returns(rollout, config.gamma, config.lam)
     batch = Batch.from_rollout(rollout, advantages, returns)
-    normalize_each = config.normalize_advantages
-    # the minibatch is the batch: whiten it once
-    if normalize_each and config.minibatch_size == len(batch):
-        batch.advantages, normalize_each = masked_whiten(batch.advantages), False
     parts, grad_norms = [], []
     for epoch in range(1, config.num_epochs + 1):
         for minibatch in minibatches(batch, config.minibatch_size, generator):
-            loss, loss_parts = ppo_loss(agent, minibatch, config, clip_eps, normalize_each)
+            loss, loss_parts = ppo_loss(agent, minibatch, config, clip_eps)
             optimizer.zero_grad()
             loss.backward()
-            grad_norms.append(clip_gradients(flat, config.max_grad_norm))
+            grad_norms.append(clip_grad_norm(agent.parameters(), config.max_grad_norm))
             optimizer.step()
             parts.append(loss_parts)
-        change = None if config.target_kl is None else policy_change(agent, batch, clip_eps)
-        if change is not None and change[0] > config.target_kl:
+        if (
+            config.target_kl is not None
+            and policy_change(agent, batch, clip_eps)[0] > config.target_kl
+        ):
             break  # the policy moved too far from pi_old: stop reusing this rollout
-    kl, clipped = change or policy_change(agent, batch, clip_eps)
+    kl, clipped = policy_change(agent, batch, clip_eps)
     metrics = dict(zip(LOSS_PARTS, torch.stack(parts).mean(dim=0).tolist()))
     metrics.update(
         grad_norm=sum(grad_norms) / len(grad_norms),
@@ -359,7 +353,7 @@ def update(
 def policy_change(agent: ActorCritic, batch: Batch, clip_eps: float) -> tuple[float, float]:
     """``(approx-KL(pi_old || pi), clip fraction)`` of the current policy on ``batch``'s samples."""
     with torch.no_grad():
-        logprobs = agent.evaluate(batch.obs, batch.actions)[0]
+        logprobs = agent.log_prob_entropy_and_value(batch.obs, batch.actions)[0]
         return approx_kl(logprobs, batch.logprobs).item(), clip_fraction(
             logprobs, batch.logprobs, clip_eps
         ).item()
@@ -375,7 +369,9 @@ class PPOTrainer(ActorCriticTrainer):
         super().__init__(
             config,
             make_agent,
-            lambda flat, config: FlatAdam(flat, lr=config.learning_rate, eps=config.optimizer_eps),
+            lambda params, config: FlatAdam(
+                params, lr=config.learning_rate, eps=config.optimizer_eps
+            ),
         )
         self.generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffles
 
@@ -383,15 +379,13 @@ class PPOTrainer(ActorCriticTrainer):
         config, progress = self.config, self.updates_done / self.config.num_updates
         learning_rate = scheduled(config.learning_rate, config.lr_schedule, progress)
         clip_eps = scheduled(config.clip_eps, config.clip_schedule, progress)
-        self.optimizer.lr = learning_rate
+        set_learning_rate(self.optimizer, learning_rate)
         rollout = self.collector.collect()
         row = {
             "step": self.collector.env_steps,
             "learning_rate": learning_rate,
             "clip_eps": clip_eps,
-            **update(
-                self.agent, self.flat, self.optimizer, rollout, config, clip_eps, self.generator
-            ),
+            **update(self.agent, self.optimizer, rollout, config, clip_eps, self.generator),
         }
         if rollout.episode_returns:
             row["episode_return"] = sum(rollout.episode_returns) / len(rollout.episode_returns)

@@ -372,7 +372,7 @@ def plot_runs(
 ) -> None:
     """Learning curves of ``metric`` against environment steps, one per group (``run_groups``): the
     ``statistic`` over its seeds with a 95% stratified-bootstrap band
-    (``rlkit.evaluation.curve_band``). Runs are interpolated onto the steps that all runs of a group
+    (``rlkit.statistics.curve_band``). Runs are interpolated onto the steps that all runs of a group
     reached."""
     import matplotlib
 

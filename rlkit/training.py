@@ -192,6 +192,12 @@ def greedy_mean_return(
 SCHEDULES = ("constant", "linear")
 
 
+def set_learning_rate(optimizer, learning_rate: float) -> None:
+    """Set the step size of every parameter group (a torch optimizer's, or ``FlatAdam``'s)."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
+
+
 def scheduled(initial: float, schedule: str, progress: float) -> float:
     """A hyperparameter's value after ``progress`` (0 to 1) of training: constant, or linear from
     ``initial`` to 0."""

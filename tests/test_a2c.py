@@ -15,7 +15,7 @@ from rlkit.a2c import (
     train,
     update,
 )
-from rlkit.actor_critic import advantages_and_returns, clip_gradients
+from rlkit.actor_critic import advantages_and_returns, clip_grad_norm
 from rlkit.nets import flatten_parameters
 from rlkit.rollouts import RolloutCollector, make_vector_env
 
@@ -81,18 +81,31 @@ def test_a2c_loss_against_a_hand_computation():
     torch.testing.assert_close(values.grad, value_gradient_from_value_loss)
 
 
-def test_clip_gradients_matches_torch_clip_grad_norm():
+@pytest.mark.parametrize("max_norm", [0.5, 1e6, None])
+def test_clip_grad_norm_matches_torch_clip_grad_norm(max_norm):
+    """On one tensor, on a module's views of one flat buffer (the fast path) and on ordinary
+    parameters."""
     torch.manual_seed(0)
-    for max_norm in (0.5, 1e6, None):
-        reference = torch.nn.Parameter(torch.randn(50))
-        reference.grad = torch.randn(50) * 3
-        flat = copy.deepcopy(reference)
-        flat.grad = reference.grad.clone()
-        expected = torch.nn.utils.clip_grad_norm_(
-            [reference], float("inf") if max_norm is None else max_norm
-        )
-        assert clip_gradients(flat, max_norm) == pytest.approx(expected.item())
-        torch.testing.assert_close(flat.grad, reference.grad)
+    limit = float("inf") if max_norm is None else max_norm
+    plain = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    plain(torch.randn(7, 3)).pow(2).sum().mul(30).backward()
+    reference = copy.deepcopy(plain)  # deepcopy leaves the gradients behind: copy them
+    for copied, original in zip(reference.parameters(), plain.parameters()):
+        copied.grad = original.grad.clone()
+    expected = torch.nn.utils.clip_grad_norm_(reference.parameters(), limit).item()
+    assert expected > 1  # so that a max_norm of 0.5 clips
+    flattened = copy.deepcopy(plain)
+    flat = flatten_parameters(flattened)
+    flat.grad.copy_(torch.cat([p.grad.flatten() for p in plain.parameters()]))
+    single = torch.nn.Parameter(flat.detach().clone())
+    single.grad = flat.grad.clone()
+    for parameters in (flattened.parameters(), [single], plain.parameters()):
+        assert clip_grad_norm(parameters, max_norm) == pytest.approx(expected, rel=1e-6)
+    for ours, theirs in zip(flattened.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad)
+    for ours, theirs in zip(plain.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad)
+    torch.testing.assert_close(single.grad, flat.grad)
 
 
 def test_update_equals_the_recipe_written_out_on_separate_parameters():
@@ -112,7 +125,7 @@ def test_update_equals_the_recipe_written_out_on_separate_parameters():
     torch.nn.utils.clip_grad_norm_(reference.parameters(), config.max_grad_norm)
     reference_optimizer.step()
     flat = flatten_parameters(agent)
-    update(agent, flat, make_optimizer([flat], config), rollout, config)
+    update(agent, make_optimizer([flat], config), rollout, config)
     for ours, theirs in zip(agent.parameters(), reference.parameters()):
         torch.testing.assert_close(ours, theirs)
 

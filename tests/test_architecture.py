@@ -13,7 +13,7 @@ import pytest
 
 RLKIT = Path(__file__).resolve().parents[1] / "rlkit"
 SHARED_MATH = {"advantages", "losses"}
-FOUNDATIONS = SHARED_MATH | {"checkpoint", "envs", "nets", "training", "evaluation"}
+FOUNDATIONS = SHARED_MATH | {"checkpoint", "envs", "nets", "training", "statistics"}
 RL_INFRASTRUCTURE = FOUNDATIONS | {"rollouts", "presets"}
 # module (or package, for every module in it) -> the rlkit modules or packages it may import
 ALLOWED = {
@@ -22,7 +22,7 @@ ALLOWED = {
     "checkpoint": set(),
     "envs": {"envs"},
     "nets": set(),
-    "evaluation": set(),
+    "statistics": set(),
     "training": {"checkpoint", "envs"},
     "rollouts": {"checkpoint", "envs", "nets", "training"},
     "presets": set(),
@@ -34,7 +34,7 @@ ALLOWED = {
     "ppo": RL_INFRASTRUCTURE | {"actor_critic"},
     "a3c": RL_INFRASTRUCTURE | {"actor_critic", "a2c"},  # A3C is asynchronous A2C
     "llm": SHARED_MATH | {"checkpoint", "training", "llm"},
-    "plotting": {"evaluation"},
+    "plotting": {"statistics"},
     "rendering": set(),
     "runs": {"*"},  # the run folders and the command line sit on top of everything
     "cli": {"*"},
@@ -95,7 +95,7 @@ def test_the_check_sees_a_sideways_import(tmp_path):
     spelling of an import."""
     module = tmp_path / "ppo.py"
     module.write_text(
-        "from rlkit.a2c import clip_gradients\nimport rlkit.dqn\nfrom rlkit import reinforce\n"
+        "from rlkit.a2c import clip_grad_norm\nimport rlkit.dqn\nfrom rlkit import reinforce\n"
         "from rlkit.losses import masked_mean\nfrom .a3c import train\n"
     )
     assert rlkit_imports(module) - ALLOWED["ppo"] == {

@@ -184,7 +184,7 @@ def test_continuous_actor_critic_acts_and_evaluates_consistently():
     agent = ActorCritic(3, 2, continuous=True)
     obs = torch.randn(5, 3)
     actions, logprobs, values = agent.act(obs)
-    again, _, values_again = agent.evaluate(obs, actions)
+    again, _, values_again = agent.log_prob_entropy_and_value(obs, actions)
     torch.testing.assert_close(again, logprobs)
     torch.testing.assert_close(values_again, values)
     assert actions.shape == (5, 2) and agent.greedy(obs).shape == (5, 2)
@@ -197,7 +197,7 @@ def test_flat_parameters_share_memory_and_gradients_with_the_module():
     flat = flatten_parameters(agent)
     torch.testing.assert_close(flat.detach(), expected)
     obs, actions = torch.randn(8, 4), torch.randint(0, 2, (8,))
-    logprobs, entropies, values = agent.evaluate(obs, actions)
+    logprobs, entropies, values = agent.log_prob_entropy_and_value(obs, actions)
     (logprobs.sum() + values.sum()).backward()
     torch.testing.assert_close(flat.grad, torch.cat([p.grad.flatten() for p in agent.parameters()]))
     assert flat.grad.abs().sum() > 0
@@ -221,7 +221,7 @@ def test_flat_adam_takes_the_same_steps_as_torch_adam():
     ours, theirs = torch.nn.Parameter(torch.randn(300)), torch.nn.Parameter(torch.zeros(300))
     theirs.data.copy_(ours.data)
     ours.grad = torch.zeros_like(ours)
-    flat_adam = FlatAdam(ours, lr=1e-3, betas=(0.8, 0.99), eps=1e-5)
+    flat_adam = FlatAdam([ours], lr=1e-3, betas=(0.8, 0.99), eps=1e-5)
     torch_adam = torch.optim.Adam([theirs], lr=1e-3, betas=(0.8, 0.99), eps=1e-5)
     for step in range(60):
         gradient = torch.randn(300) * (1 + step)
@@ -229,11 +229,14 @@ def test_flat_adam_takes_the_same_steps_as_torch_adam():
         ours.grad.add_(gradient)
         theirs.grad = gradient.clone()
         if step == 30:  # a new learning rate, as a schedule sets it
-            flat_adam.lr = torch_adam.param_groups[0]["lr"] = 2e-4
+            for optimizer in (flat_adam, torch_adam):  # a drop-in: the same way to set it
+                optimizer.param_groups[0]["lr"] = 2e-4
         flat_adam.step()
         torch_adam.step()
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-7)
     assert flat_adam.steps == 60
+    with pytest.raises(ValueError, match="params must be one flat parameter"):
+        FlatAdam([ours, theirs], lr=1e-3)
     torch.testing.assert_close(
         flat_adam.exp_avg_sq, torch_adam.state[theirs]["exp_avg_sq"], rtol=0, atol=0
     )

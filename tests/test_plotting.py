@@ -8,13 +8,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from rlkit.evaluation import curve_band  # noqa: E402
 from rlkit.plotting import (  # noqa: E402
     plot_error_vs_samples,
     plot_mean_and_band,
     plot_return_distribution,
     plot_value_heatmap,
 )
+from rlkit.statistics import curve_band  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -129,8 +129,7 @@ def test_update_equals_a_plain_pytorch_ppo_loop(env_id, overrides):
     # given
     metrics = ppo.update(
         agent,
-        flat,
-        FlatAdam(flat, config.learning_rate, eps=1e-5),
+        FlatAdam([flat], config.learning_rate, eps=1e-5),
         rollout,
         config,
         0.1,
@@ -149,7 +148,8 @@ def test_ppo_loss_against_a_hand_computation():
     batch = ppo.Batch.from_rollout(rollout, torch.randn(64), torch.randn(64))
     # ratios well away from 1, both sides of the clip
     batch.logprobs = batch.logprobs + 0.3 * torch.randn(64)
-    loss, parts = ppo.ppo_loss(agent, batch, config, clip_eps=0.2, normalize_advantages=True)
+    assert config.normalize_advantages
+    loss, parts = ppo.ppo_loss(agent, batch, config, clip_eps=0.2)
     head, values = agent(batch.obs)
     logp = torch.log_softmax(head, -1)
     advantages = (batch.advantages - batch.advantages.mean()) / batch.advantages.std()
@@ -202,7 +202,9 @@ def test_training_is_reproducible_and_logs_the_diagnostics():
 def test_learning_rate_and_clip_range_anneal_linearly(monkeypatch):
     used_rates, adam_step = [], FlatAdam.step
     monkeypatch.setattr(
-        FlatAdam, "step", lambda self: (used_rates.append(self.lr), adam_step(self))[1]
+        FlatAdam,
+        "step",
+        lambda self: (used_rates.append(self.param_groups[0]["lr"]), adam_step(self))[1],
     )
     config = small_config(total_steps=640, clip_schedule="linear")
     history = ppo.train(config).history

@@ -19,9 +19,7 @@ from transformers import PreTrainedModel
 
 from rlkit.llm.generation import right_pad
 from rlkit.llm.models import (
-    FAMILIES,
     build_reward_model,
-    context_length,
     load_causal_lm,
     require_matching_pad,
     reward_model_from_causal_lm,
@@ -29,19 +27,13 @@ from rlkit.llm.models import (
 )
 from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
-from rlkit.training import (
-    Trainer,
-    TrainResult,
-    eval_mode,
-    fit,
-    is_count,
-    is_finite_number,
-    is_seed,
-    require,
-    require_device,
-    seed_everything,
-    warmup_cosine,
+from rlkit.llm.trainer import (
+    LanguageModelTrainer,
+    LanguageModelTrainingConfig,
+    require_tiny_model_fields,
+    split,
 )
+from rlkit.training import TrainResult, eval_mode, fit, is_count, is_finite_number, require
 
 
 def bradley_terry_loss(
@@ -155,7 +147,10 @@ def pairwise_accuracy(
 
 
 @dataclass
-class RewardModelConfig:
+class RewardModelConfig(LanguageModelTrainingConfig):
+    """The reward model's settings; the optimization fields it shares with every language-model
+    trainer (LoRA, micro-batches, bf16) are ``LanguageModelTrainingConfig``'s."""
+
     # start from this saved causal LM's transformer (None: a fresh tiny model)
     sft_model_path: str | None = None
     family: str = "llama"  # architecture of the fresh tiny model: "llama", "qwen2" or "gpt2"
@@ -171,26 +166,20 @@ class RewardModelConfig:
     batch_size: int = 32
     learning_rate: float = 2e-3  # AdamW's peak step size, after a linear warm-up
     warmup_steps: int = 50  # steps of linear warm-up, then cosine decay to 10% of learning_rate
-    weight_decay: float = 0.0  # AdamW's decoupled weight decay
     # ask r(chosen) to beat r(rejected) by at least this (0: the plain Bradley-Terry loss)
     margin: float = 0.0
-    max_grad_norm: float = 1.0  # clip the global gradient norm to this
     eval_every: int = 100  # held-out accuracy every this many steps
-    seed: int = 0  # seeds initialisation, the pairs and their order
-    device: str = "cpu"  # "cpu" or "cuda"
 
     def __post_init__(self):
+        super().__post_init__()
         require(
             self.sft_model_path is None or isinstance(self.sft_model_path, (str, os.PathLike)),
             "sft_model_path",
             "None or a folder saved with save_pretrained",
             self.sft_model_path,
         )
-        require(self.family in FAMILIES, "family", f"one of {FAMILIES}", self.family)
+        require_tiny_model_fields(self)
         for name in (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
             "num_digits",
             "num_train_pairs",
             "num_heldout_pairs",
@@ -206,36 +195,11 @@ class RewardModelConfig:
             self.label_noise,
         )
         require(
-            is_finite_number(self.learning_rate) and 0 < self.learning_rate <= 1,
-            "learning_rate",
-            "in (0, 1]",
-            self.learning_rate,
-        )
-        require(
-            is_count(self.warmup_steps, minimum=0),
-            "warmup_steps",
-            "an integer >= 0",
-            self.warmup_steps,
-        )
-        require(
-            is_finite_number(self.weight_decay) and self.weight_decay >= 0,
-            "weight_decay",
-            "a number >= 0",
-            self.weight_decay,
-        )
-        require(
             is_finite_number(self.margin) and self.margin >= 0,
             "margin",
             "a number >= 0",
             self.margin,
         )
-        require(
-            is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0,
-            "max_grad_norm",
-            "a number > 0",
-            self.max_grad_norm,
-        )
-        require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
         require(
             self.num_heldout_pairs <= 10**self.num_digits // 2,
             "num_heldout_pairs",
@@ -243,7 +207,6 @@ class RewardModelConfig:
             f"({10**self.num_digits // 2})",
             self.num_heldout_pairs,
         )
-        require_device(self.device)
 
 
 @dataclass
@@ -258,7 +221,7 @@ class RewardModelResult(TrainResult):
         return self.agent
 
 
-class RewardModelTrainer(Trainer):
+class RewardModelTrainer(LanguageModelTrainer):
     """Bradley-Terry training on the oracle's labelled pairs, one optimizer step per
     ``run_update``."""
 
@@ -266,7 +229,6 @@ class RewardModelTrainer(Trainer):
 
     def __init__(self, config: RewardModelConfig, train_pairs: list[PreferencePair] | None = None):
         super().__init__(config)
-        seed_everything(config.seed)
         self.oracle = PreferenceOracle(SortTask(config.num_digits), config.label_noise)
         self.heldout_pairs = self.oracle.pairs(
             config.num_heldout_pairs, seed=config.seed, split="heldout"
@@ -287,7 +249,7 @@ class RewardModelTrainer(Trainer):
         )
         if config.sft_model_path is None:
             self.tokenizer = build_char_tokenizer()
-            self.model = build_reward_model(
+            model = build_reward_model(
                 tiny_config(
                     self.tokenizer,
                     config.family,
@@ -301,30 +263,16 @@ class RewardModelTrainer(Trainer):
             from transformers import AutoTokenizer
 
             self.tokenizer = AutoTokenizer.from_pretrained(config.sft_model_path)
-            self.model = reward_model_from_causal_lm(
+            model = reward_model_from_causal_lm(
                 load_causal_lm(config.sft_model_path, dtype=torch.float32), config.seed
             )
-        require_matching_pad(self.model, self.tokenizer)
-        self._check_context()
-        self.model.to(config.device).train()
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-        )
+        require_matching_pad(model, self.tokenizer)
+        # <bos> prompt completion <eos>, where a candidate completion adds at most 3 tokens
+        longest = self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2
+        self.prepare(model, longest, "num_digits", "<bos> prompt completion <eos>")
         self.order_rng = random.Random(config.seed)
         self.steps_per_epoch = -(-len(self.train_pairs) // config.batch_size)
         self.order: list[int] = []
-
-    def _check_context(self) -> None:
-        # candidates add <= 3
-        longest = self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2
-        limit = context_length(self.model)
-        require(
-            limit is None or longest <= limit,
-            "num_digits",
-            f"small enough that <bos> prompt completion <eos> ({longest} tokens) fits the model's "
-            f"context ({limit})",
-            self.config.num_digits,
-        )
 
     @property
     def subject(self) -> str:
@@ -348,26 +296,13 @@ class RewardModelTrainer(Trainer):
         return [self.train_pairs[index] for index in indices]
 
     def _update(self) -> dict[str, float]:
-        config = self.config
-        learning_rate = config.learning_rate * warmup_cosine(
-            self.updates_done, config.warmup_steps, self.num_updates
-        )
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-        chosen, rejected = pair_rewards(self.model, self.tokenizer, self._next_batch())
-        loss = bradley_terry_loss(chosen, rejected, config.margin or None)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-        self.optimizer.step()
-        step = self.updates_done + 1
+        config, step = self.config, self.updates_done + 1
+        micro_batches = split(self._next_batch(), config.micro_batch_size)
         row = {
             "step": step,
-            "loss": loss.item(),
-            "accuracy": (chosen > rejected).float().mean().item(),
-            "reward_gap": (chosen - rejected).mean().item(),
-            "grad_norm": grad_norm.item(),
-            "learning_rate": learning_rate,
+            **self.optimizer_step(
+                micro_batches, [len(pairs) for pairs in micro_batches], self._loss
+            ),
         }
         if step % config.eval_every == 0 or step == self.num_updates:
             with eval_mode(self.model):
@@ -376,17 +311,23 @@ class RewardModelTrainer(Trainer):
                 )
         return row
 
+    def _loss(self, pairs: list[PreferencePair]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """eq-bt-loss on a batch of pairs, with the accuracy and the mean reward gap."""
+        chosen, rejected = pair_rewards(self.model, self.tokenizer, pairs)
+        loss = bradley_terry_loss(chosen, rejected, self.config.margin or None)
+        with torch.no_grad():
+            accuracy = (chosen > rejected).float().mean()
+            return loss, {"accuracy": accuracy, "reward_gap": (chosen - rejected).mean()}
+
     def _state(self) -> dict:
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **super()._state(),
             "order": list(self.order),
             "order_rng": list(self.order_rng.getstate()[1]),
         }
 
     def _load_state(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        super()._load_state(state)
         self.order = list(state["order"])
         version, _, gauss = self.order_rng.getstate()
         self.order_rng.setstate((version, tuple(state["order_rng"]), gauss))

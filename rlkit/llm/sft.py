@@ -23,28 +23,32 @@ from filelock import FileLock
 from transformers import AutoTokenizer, PreTrainedModel
 
 from rlkit.llm.generation import generate, right_pad
-from rlkit.llm.models import FAMILIES, build_causal_lm, context_length, load_causal_lm, tiny_config
+from rlkit.llm.models import build_causal_lm, load_causal_lm, tiny_config
 from rlkit.llm.tasks import TASKS, Example, Task, TaskData, make_task
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
+from rlkit.llm.trainer import (
+    LanguageModelTrainer,
+    LanguageModelTrainingConfig,
+    require_tiny_model_fields,
+    split,
+)
 from rlkit.training import (
-    Trainer,
     TrainResult,
     eval_mode,
     fit,
     is_count,
     is_finite_number,
-    is_seed,
     require,
-    require_device,
-    seed_everything,
-    warmup_cosine,
 )
 
 IGNORE_INDEX = -100  # the label PyTorch's and Hugging Face's cross-entropy skip
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(LanguageModelTrainingConfig):
+    """SFT's settings; the optimization fields it shares with every language-model trainer (LoRA,
+    micro-batches, bf16) are ``LanguageModelTrainingConfig``'s."""
+
     task: str = "sort"  # the synthetic task: "sort" (digits) or "addition"
     num_digits: int = 6  # digits to sort, or digits of each number to add
     # fine-tune this saved or released model (None: build a tiny one from config)
@@ -57,17 +61,15 @@ class SFTConfig:
     # steps of linear warm-up from 0 to learning_rate, then cosine decay to 10% of it
     warmup_steps: int = 100
     weight_decay: float = 0.01  # AdamW's decoupled weight decay (not applied to norms and biases)
-    max_grad_norm: float = 1.0  # clip the global gradient norm to this
     batch_size: int = 64  # examples per optimizer step
     max_steps: int = 1500  # optimizer steps
     eval_every: int = 100  # evaluate held-out greedy exact match every this many steps
     num_heldout: int = 500  # held-out prompts, never drawn for training
     # stop at the first evaluation at or above this accuracy (an under-trained checkpoint)
     stop_at_exact_match: float | None = None
-    seed: int = 0  # seeds the model's initialisation, the data stream and the held-out set
-    device: str = "cpu"  # "cpu" or "cuda"
 
     def __post_init__(self):
+        super().__post_init__()
         require(self.task in TASKS, "task", f"one of {tuple(TASKS)}", self.task)
         require(
             is_count(self.num_digits) and self.num_digits <= 20,
@@ -82,47 +84,9 @@ class SFTConfig:
             "None or a model name or folder",
             self.model_name_or_path,
         )
-        require(self.family in FAMILIES, "family", f"one of {FAMILIES}", self.family)
-        for name in (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "batch_size",
-            "max_steps",
-            "eval_every",
-            "num_heldout",
-        ):
+        require_tiny_model_fields(self)
+        for name in ("batch_size", "max_steps", "eval_every", "num_heldout"):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        require(
-            self.hidden_size % self.num_heads == 0,
-            "hidden_size",
-            f"a multiple of num_heads ({self.num_heads})",
-            self.hidden_size,
-        )
-        require(
-            is_finite_number(self.learning_rate) and 0 < self.learning_rate <= 1,
-            "learning_rate",
-            "in (0, 1]",
-            self.learning_rate,
-        )
-        require(
-            is_count(self.warmup_steps, minimum=0),
-            "warmup_steps",
-            "an integer >= 0",
-            self.warmup_steps,
-        )
-        require(
-            is_finite_number(self.weight_decay) and self.weight_decay >= 0,
-            "weight_decay",
-            "a number >= 0",
-            self.weight_decay,
-        )
-        require(
-            is_finite_number(self.max_grad_norm) and self.max_grad_norm > 0,
-            "max_grad_norm",
-            "a number > 0",
-            self.max_grad_norm,
-        )
         require(
             self.stop_at_exact_match is None
             or (is_finite_number(self.stop_at_exact_match) and 0 < self.stop_at_exact_match <= 1),
@@ -130,8 +94,6 @@ class SFTConfig:
             "None or a number in (0, 1]",
             self.stop_at_exact_match,
         )
-        require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)
-        require_device(self.device)
 
 
 @dataclass
@@ -203,7 +165,7 @@ class SFTResult(TrainResult):
         return self.agent
 
 
-class SFTTrainer(Trainer):
+class SFTTrainer(LanguageModelTrainer):
     """SFT as a sequence of optimizer steps (``fit`` runs them; ``train_sft`` is
     ``fit(SFTTrainer(config))``)."""
 
@@ -211,7 +173,6 @@ class SFTTrainer(Trainer):
 
     def __init__(self, config: SFTConfig):
         super().__init__(config)
-        seed_everything(config.seed)
         self.task = make_task(config.task, num_digits=config.num_digits)
         self.data = TaskData(self.task, config.num_heldout, config.seed)
         if config.model_name_or_path is None:
@@ -223,40 +184,17 @@ class SFTTrainer(Trainer):
                 config.num_layers,
                 config.num_heads,
             )
-            self.model = build_causal_lm(model_config, config.seed).to(config.device)
+            model = build_causal_lm(model_config, config.seed)
         else:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model_name_or_path)
-            self.model = load_causal_lm(
-                config.model_name_or_path, dtype=torch.float32, device=config.device
-            )
+            model = load_causal_lm(config.model_name_or_path, dtype=torch.float32)
         # GPT-2 and Llama ship none; masks here come from lengths, so EOS serves
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         require_pad_token(self.tokenizer)
-        self._check_context()
-        self.model.train()
-        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=config.learning_rate,
-        )
+        longest = 1 + self.task.max_prompt_length + self.task.max_answer_length + 1
+        self.prepare(model, longest, "num_digits", "<bos> prompt answer <eos>")
         self.stopped_early = False
-
-    def _check_context(self) -> None:
-        # <bos> prompt answer <eos>
-        length = 1 + self.task.max_prompt_length + self.task.max_answer_length + 1
-        limit = context_length(self.model)
-        require(
-            limit is None or length <= limit,
-            "num_digits",
-            f"small enough that prompt and answer ({length} tokens) fit the model's context "
-            f"({limit})",
-            self.config.num_digits,
-        )
 
     @property
     def subject(self) -> str:
@@ -271,25 +209,20 @@ class SFTTrainer(Trainer):
         return self.stopped_early or self.updates_done >= self.config.max_steps
 
     def _update(self) -> dict[str, float]:
-        config, step = self.config, self.updates_done
-        learning_rate = config.learning_rate * warmup_cosine(
-            step, config.warmup_steps, config.max_steps
-        )
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
-        batch = sft_batch(self.tokenizer, self.data.train_batch(config.batch_size), config.device)
-        loss = completion_loss(self.model, batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
-        self.optimizer.step()
+        config, step = self.config, self.updates_done + 1
+        examples = self.data.train_batch(config.batch_size)
+        batches = [
+            sft_batch(self.tokenizer, chunk, config.device)
+            for chunk in split(examples, config.micro_batch_size)
+        ]
+        answer_tokens = [float((batch.labels[:, 1:] != IGNORE_INDEX).sum()) for batch in batches]
         row = {
-            "step": step + 1,
-            "loss": loss.item(),
-            "grad_norm": grad_norm.item(),
-            "learning_rate": learning_rate,
+            "step": step,
+            **self.optimizer_step(
+                batches, answer_tokens, lambda batch: (completion_loss(self.model, batch), {})
+            ),
         }
-        if (step + 1) % config.eval_every == 0 or step + 1 == config.max_steps:
+        if step % config.eval_every == 0 or step == config.max_steps:
             row.update(evaluate_task(self.model, self.tokenizer, self.task, self.data.heldout))
             target = config.stop_at_exact_match
             self.stopped_early = target is not None and row["exact_match"] >= target
@@ -297,15 +230,13 @@ class SFTTrainer(Trainer):
 
     def _state(self) -> dict:
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **super()._state(),
             "data_rng": list(self.data.train_rng.getstate()[1]),
             "stopped_early": self.stopped_early,
         }
 
     def _load_state(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        super()._load_state(state)
         version, _, gauss = self.data.train_rng.getstate()
         self.data.train_rng.setstate((version, tuple(state["data_rng"]), gauss))
         self.stopped_early = state["stopped_early"]

@@ -1,4 +1,4 @@
-"""rlkit.evaluation against hand-computed values, scipy's trim_mean and rliable's stratified
+"""rlkit.statistics against hand-computed values, scipy's trim_mean and rliable's stratified
 bootstrap.
 
 The reference numbers marked "rliable" were produced offline, once, in a scratch virtual environment
@@ -17,7 +17,7 @@ package.
 import numpy as np
 import pytest
 
-from rlkit.evaluation import aggregate, curve_band, iqm, stratified_bootstrap_ci
+from rlkit.statistics import aggregate, curve_band, iqm, stratified_bootstrap_ci
 
 # ---------------------------------------------------------------- the interquartile mean
 
@@ -307,7 +307,7 @@ def test_curve_band_resamples_whole_curves():
 
 
 def test_curve_band_many_points_in_chunks(monkeypatch):
-    import rlkit.evaluation as evaluation
+    import rlkit.statistics as evaluation
 
     curves = np.random.default_rng(0).normal(size=(4, 50))
     whole = curve_band(curves, "iqm", reps=300, seed=5)
