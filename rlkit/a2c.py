@@ -36,8 +36,8 @@ from rlkit.actor_critic import (
 )
 from rlkit.losses import explained_variance, masked_whiten, policy_gradient_loss
 from rlkit.nets import ActorCritic
-from rlkit.presets import TestedPresets
-from rlkit.rollouts import Rollout, require_registered
+from rlkit.presets import AlgorithmConfig
+from rlkit.rollouts import Rollout
 from rlkit.training import (
     TrainResult,
     fit,
@@ -46,7 +46,6 @@ from rlkit.training import (
     is_number,
     require,
     require_discrete_actions_and_flat_obs,
-    require_sequence,
     scheduled,
     set_learning_rate,
 )
@@ -55,7 +54,7 @@ OPTIMIZERS = ("rmsprop", "adam")
 
 
 @dataclass
-class A2CConfig(TestedPresets):
+class A2CConfig(AlgorithmConfig):
     """A2C's hyperparameters, each with its default (rl-baselines3-zoo's CartPole-v1 A2C, which
     is SB3's defaults with 8 envs and no entropy bonus).
 
@@ -87,13 +86,6 @@ class A2CConfig(TestedPresets):
     batched_env: bool = False
     device: str = "cpu"
     progress: bool = False
-
-    def __post_init__(self) -> None:
-        require_registered(self.env_id)
-        self.hidden_sizes = require_sequence(
-            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
-        )
-        self._validate()
 
     @property
     def batch_size(self) -> int:

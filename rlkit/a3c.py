@@ -37,8 +37,8 @@ from tqdm.auto import tqdm
 from rlkit.a2c import make_agent, rollout_loss
 from rlkit.actor_critic import clip_grad_norm, validate_actor_critic
 from rlkit.nets import ActorCritic, ValueView, adam_move, flatten_parameters
-from rlkit.presets import TestedPresets
-from rlkit.rollouts import RolloutCollector, make_vector_env, require_registered
+from rlkit.presets import AlgorithmConfig
+from rlkit.rollouts import RolloutCollector, make_vector_env
 from rlkit.training import (
     TrainResult,
     greedy_mean_return,
@@ -55,7 +55,7 @@ MAX_LOGGED_EPISODES = 100_000  # per worker
 
 
 @dataclass
-class A3CConfig(TestedPresets):
+class A3CConfig(AlgorithmConfig):
     """A3C's hyperparameters, each with its default (the first settings tried on CartPole-v1:
     untuned).
 
@@ -87,11 +87,7 @@ class A3CConfig(TestedPresets):
     progress: bool = False
     timeout: float | None = None  # seconds before the run is stopped with an error (None: never)
 
-    def __post_init__(self) -> None:
-        require_registered(self.env_id)
-        self.hidden_sizes = require_sequence(
-            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
-        )
+    def _validate(self) -> None:
         self.adam_betas = require_sequence(self.adam_betas, "adam_betas", "two numbers in [0, 1)")
         require(is_count(self.num_workers), "num_workers", "an integer >= 1", self.num_workers)
         require(

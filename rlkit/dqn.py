@@ -19,8 +19,7 @@ import torch.nn.functional as F
 
 from rlkit.checkpoint import env_state, load_env_state
 from rlkit.nets import QNetwork
-from rlkit.presets import TestedPresets
-from rlkit.rollouts import require_registered
+from rlkit.presets import AlgorithmConfig
 from rlkit.training import (
     StepBudgetTrainer,
     TrainResult,
@@ -33,13 +32,12 @@ from rlkit.training import (
     require,
     require_device,
     require_discrete_actions_and_flat_obs,
-    require_sequence,
     seed_everything,
 )
 
 
 @dataclass
-class DQNConfig(TestedPresets):
+class DQNConfig(AlgorithmConfig):
     """DQN's hyperparameters, each with its default (common DQN settings).
 
     ``DQNConfig.for_env(env_id, **overrides)`` applies the tested preset of ``env_id``
@@ -69,13 +67,6 @@ class DQNConfig(TestedPresets):
     double_dqn: bool = False
     device: str = "cpu"
     progress: bool = False
-
-    def __post_init__(self) -> None:
-        require_registered(self.env_id)
-        self.hidden_sizes = require_sequence(
-            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
-        )
-        self._validate()
 
     def _validate(self) -> None:
         require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)

@@ -46,8 +46,8 @@ from rlkit.losses import (
     masked_whiten,
 )
 from rlkit.nets import ActorCritic, FlatAdam
-from rlkit.presets import TestedPresets
-from rlkit.rollouts import BATCHED_ENVS, Rollout, require_registered
+from rlkit.presets import AlgorithmConfig
+from rlkit.rollouts import BATCHED_ENVS, Rollout
 from rlkit.training import (
     SCHEDULES,
     TrainResult,
@@ -57,14 +57,13 @@ from rlkit.training import (
     is_finite_number,
     is_number,
     require,
-    require_sequence,
     scheduled,
     set_learning_rate,
 )
 
 
 @dataclass
-class PPOConfig(TestedPresets):
+class PPOConfig(AlgorithmConfig):
     """PPO's hyperparameters, each with its default (CleanRL's ``ppo.py``: 4 minibatches of
     4 x 128, value clipping at 0.2, entropy 0.01).
 
@@ -108,13 +107,6 @@ class PPOConfig(TestedPresets):
     batched_env: bool = False
     device: str = "cpu"
     progress: bool = False
-
-    def __post_init__(self) -> None:
-        require_registered(self.env_id)
-        self.hidden_sizes = require_sequence(
-            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
-        )
-        self._validate()
 
     @property
     def batch_size(self) -> int:

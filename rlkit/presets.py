@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rlkit.rollouts import require_registered
+from rlkit.training import require_sequence
+
 PRESETS: dict[str, dict[str, dict]] = {
     "dqn": {
         # rl-baselines3-zoo's CartPole-v1 DQN (hyperparams/dqn.yml)
@@ -93,8 +96,10 @@ def preset(algorithm: str, env_id: str) -> dict:
     return dict(PRESETS.get(algorithm, {}).get(env_id, {}))
 
 
-class TestedPresets:
-    """What every algorithm's config dataclass inherits: ``for_env``, its named constructor."""
+class AlgorithmConfig:
+    """What every RL algorithm's config dataclass inherits: ``for_env``, its named constructor, and
+    the checks every one runs first (a registered ``env_id``, ``hidden_sizes`` as a tuple), then its
+    own ``_validate``."""
 
     algorithm: ClassVar[str]  # the key of the algorithm's presets in PRESETS
 
@@ -104,3 +109,13 @@ class TestedPresets:
         (if it has one), then ``overrides``."""
         tested = preset(cls.algorithm, env_id) if isinstance(env_id, str) else {}
         return cls(env_id=env_id, **{**tested, **overrides})
+
+    def __post_init__(self) -> None:
+        require_registered(self.env_id)
+        self.hidden_sizes = require_sequence(
+            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
+        )
+        self._validate()
+
+    def _validate(self) -> None:
+        raise NotImplementedError

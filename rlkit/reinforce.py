@@ -35,8 +35,7 @@ from rlkit.advantages import discounted_returns
 from rlkit.checkpoint import env_state, load_env_state
 from rlkit.losses import masked_mean, masked_whiten, policy_gradient_loss
 from rlkit.nets import CategoricalPolicy, ValueNetwork
-from rlkit.presets import TestedPresets
-from rlkit.rollouts import require_registered
+from rlkit.presets import AlgorithmConfig
 from rlkit.training import (
     StepBudgetTrainer,
     TrainResult,
@@ -49,13 +48,12 @@ from rlkit.training import (
     require,
     require_device,
     require_discrete_actions_and_flat_obs,
-    require_sequence,
     seed_everything,
 )
 
 
 @dataclass
-class ReinforceConfig(TestedPresets):
+class ReinforceConfig(AlgorithmConfig):
     """REINFORCE's hyperparameters, each with its default (the first settings tried on
     CartPole-v1: untuned).
 
@@ -81,13 +79,6 @@ class ReinforceConfig(TestedPresets):
     max_grad_norm: float | None = None  # clip the policy gradient's global norm (None: never)
     device: str = "cpu"
     progress: bool = False
-
-    def __post_init__(self) -> None:
-        require_registered(self.env_id)
-        self.hidden_sizes = require_sequence(
-            self.hidden_sizes, "hidden_sizes", "a list or tuple of layer sizes"
-        )
-        self._validate()
 
     def _validate(self) -> None:
         require(is_seed(self.seed), "seed", "an integer in [0, 2**32)", self.seed)

@@ -25,7 +25,7 @@ ALLOWED = {
     "statistics": set(),
     "training": {"checkpoint", "envs"},
     "rollouts": {"checkpoint", "envs", "nets", "training"},
-    "presets": set(),
+    "presets": {"rollouts", "training"},
     "tabular": SHARED_MATH | {"envs", "tabular"},
     "actor_critic": RL_INFRASTRUCTURE,
     "dqn": RL_INFRASTRUCTURE,
