@@ -11,8 +11,14 @@ import yaml
 
 from tests.book.pages import ROOT, count_formulas, source_path, toc_files
 
+# nbgrader's steps write copies of the assignments (with outputs) into these folders of a course;
+# they are not the repository's notebooks (.gitignore leaves them out too)
+NBGRADER_STEPS = {"release", "submitted", "autograded", "feedback"}
 ALL_NOTEBOOKS = sorted(
-    p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+    p
+    for p in (ROOT / "notebooks").rglob("*.ipynb")
+    if ".ipynb_checkpoints" not in p.parts
+    and not NBGRADER_STEPS & set(p.relative_to(ROOT / "notebooks").parts)
 )
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 
