@@ -8,13 +8,17 @@ put several panels side by side and still style them. Nothing here calls ``plt.s
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.figure
 import matplotlib.pyplot as plt
+import matplotlib.text
 import numpy as np
 from matplotlib.axes import Axes
 
 from rlkit.statistics import curve_band
 
 __all__ = [
+    "book_style",
+    "check_page_figure",
     "plot_value_heatmap",
     "plot_policy_arrows",
     "plot_path",
@@ -22,6 +26,73 @@ __all__ = [
     "plot_error_vs_samples",
     "plot_mean_and_band",
 ]
+
+
+# Okabe and Ito's eight colours, which stay distinct under the common colour-vision deficiencies
+OKABE_ITO = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # bluish green
+    "#D55E00",  # vermillion
+    "#CC79A7",  # reddish purple
+    "#56B4E9",  # sky blue
+    "#F0E442",  # yellow
+    "#000000",  # black
+)
+# The book's text column shows about 790 CSS pixels: 7.8 inches at 100 dots per inch, so that a
+# figure is shown at its own size and its text at the size it was drawn.
+PAGE_WIDTH_INCHES = 7.8
+BOOK_DPI = 100
+SMALLEST_FONT_POINTS = 10.0
+
+
+def book_style() -> None:
+    """The figure style of every notebook: figures drawn for the page column at 100 dpi, text of at
+    least 10 pt, Okabe and Ito's colours."""
+    matplotlib.rcParams.update(
+        {
+            "figure.dpi": BOOK_DPI,
+            "savefig.dpi": BOOK_DPI,
+            "figure.figsize": (PAGE_WIDTH_INCHES, 3.6),
+            "font.size": SMALLEST_FONT_POINTS,
+            "axes.titlesize": 11,
+            "axes.labelsize": SMALLEST_FONT_POINTS,
+            "xtick.labelsize": SMALLEST_FONT_POINTS,
+            "ytick.labelsize": SMALLEST_FONT_POINTS,
+            "legend.fontsize": SMALLEST_FONT_POINTS,
+            "legend.title_fontsize": SMALLEST_FONT_POINTS,
+            "figure.titlesize": 11,
+            "axes.prop_cycle": matplotlib.cycler(color=list(OKABE_ITO)),
+            "lines.linewidth": 1.6,
+        }
+    )
+
+
+def check_page_figure(fig: matplotlib.figure.Figure) -> matplotlib.figure.Figure:
+    """``fig``, if the page can show it at its own size with readable text: at most
+    ``PAGE_WIDTH_INCHES`` wide at ``BOOK_DPI``, and no visible text smaller than 10 pt; else a
+    ValueError that names what is wrong."""
+    width = fig.get_figwidth() * fig.dpi / BOOK_DPI
+    if width > PAGE_WIDTH_INCHES + 1e-9:
+        raise ValueError(
+            f"fig must be at most {PAGE_WIDTH_INCHES} inches wide at {BOOK_DPI} dpi (the page "
+            f"column), got {width:.2f}"
+        )
+    small = sorted(
+        {
+            (text.get_fontsize(), text.get_text()[:40])
+            for text in fig.findobj(matplotlib.text.Text)
+            if text.get_visible()
+            and text.get_text().strip()
+            and text.get_fontsize() < SMALLEST_FONT_POINTS
+        }
+    )
+    if small:
+        raise ValueError(
+            f"fig's text must be at least {SMALLEST_FONT_POINTS} pt where the page shows it, got "
+            + "; ".join(f"{size:g} pt: {text!r}" for size, text in small[:5])
+        )
+    return fig
 
 
 def _as_grid(name: str, array, shape: tuple[int, int]) -> np.ndarray:
@@ -231,8 +302,10 @@ def plot_mean_and_band(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int | None = 0,
+    show_runs: bool = False,
 ) -> Axes:
-    """Plot a statistic over runs (rows of ``runs``) against ``x``, with a shaded band.
+    """Plot a statistic over runs (rows of ``runs``) against ``x``, with a shaded band (and, with
+    ``show_runs``, each run as a thin dotted line).
 
     ``band="ci95"``: the mean, and a 95% confidence interval of it (1.96 standard errors);
     ``band="std"``: the mean, and one standard deviation of the runs; ``band="bootstrap"``:
@@ -264,4 +337,9 @@ def plot_mean_and_band(
     ax = plt.gca() if ax is None else ax
     (line,) = ax.plot(x, centre, label=label, color=color)
     ax.fill_between(x, low, high, color=line.get_color(), alpha=0.25, linewidth=0)
+    if (
+        show_runs
+    ):  # thin dotted lines in the curve's colour: visible over the band, not confused with it
+        for run in runs:
+            ax.plot(x, run, color=line.get_color(), linewidth=0.9, linestyle=":", alpha=0.9)
     return ax

@@ -154,3 +154,46 @@ def test_mean_and_band_bad_arguments():
         plot_mean_and_band(X, RUNS, band="bootstrap", statistic="median")
     with pytest.raises(ValueError, match="^runs must"):
         plot_mean_and_band(X[:3], RUNS)
+
+
+def test_book_style_draws_for_the_page_column_in_colour_blind_safe_colours():
+    from rlkit.plotting import OKABE_ITO, PAGE_WIDTH_INCHES, book_style
+
+    with matplotlib.rc_context():
+        book_style()
+        fig, ax = plt.subplots()
+        assert fig.get_figwidth() == PAGE_WIDTH_INCHES and fig.dpi == 100
+        assert [line.get_color() for line in ax.plot(np.zeros((2, 3)))] == list(OKABE_ITO[:3])
+        for key in ("font.size", "xtick.labelsize", "legend.fontsize"):
+            assert matplotlib.font_manager.FontProperties(
+                size=matplotlib.rcParams[key]
+            ).get_size_in_points() >= 10
+        plt.close(fig)
+
+
+def test_check_page_figure_refuses_wide_figures_and_small_text():
+    from rlkit.plotting import check_page_figure
+
+    with matplotlib.rc_context({"figure.dpi": 100}):
+        wide = plt.figure(figsize=(13, 3.8))
+        with pytest.raises(ValueError, match="fig must be at most 7.8 inches wide"):
+            check_page_figure(wide)
+        small = plt.figure(figsize=(7, 3))
+        small.gca().set_title("tiny", fontsize=6)
+        with pytest.raises(ValueError, match=r"at least 10.0 pt .* 6 pt: 'tiny'"):
+            check_page_figure(small)
+        fine = plt.figure(figsize=(7, 3))
+        fine.gca().set_title("readable", fontsize=11)
+        fine.gca().tick_params(labelsize=10)
+        assert check_page_figure(fine) is fine
+        plt.close("all")
+
+
+def test_mean_and_band_can_show_each_run():
+    fig, ax = plt.subplots()
+    runs = np.array([[0.0, 1.0, 2.0], [1.0, 2.0, 3.0], [2.0, 2.5, 3.5]])
+    plot_mean_and_band([0, 1, 2], runs, ax=ax, show_runs=True)
+    lines = ax.get_lines()
+    assert len(lines) == 4 and all(line.get_linestyle() == ":" for line in lines[1:])
+    np.testing.assert_allclose(lines[2].get_ydata(), runs[1])
+    plt.close(fig)

@@ -3,7 +3,8 @@ page.
 
 For the index and every page in _toc.yml: the math rendered (no `$$` or `\\(` left in the text, and
 at least as many MathJax containers as formulas in the source), every image loaded, every internal
-link resolves (file and anchor), and nothing was fetched from the network. Screenshots:
+link resolves (file and anchor), no code block scrolls sideways at a 1,280-px window, and nothing
+was fetched from the network. Screenshots:
 _build/screenshots/.
 """
 
@@ -51,6 +52,9 @@ READ_PAGE = """async () => {
     mathjax: document.querySelectorAll("main mjx-container").length,
     images: images.map(img => ({src: img.currentSrc || img.src, width: img.naturalWidth})),
     links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
+    wide_code: Array.from(document.querySelectorAll("main div.highlight pre"))
+      .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+      .map(pre => pre.innerText.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), "")),
   };
 }"""
 
@@ -144,6 +148,11 @@ def test_page_renders_offline_with_math_images_and_links(offline_page, doc):
         link for link in seen["links"] if link.startswith("file:") and not link_resolves(link)
     ]
     assert not broken_links, f"{doc}: broken internal links: {broken_links}"
+    # the code column shows 100 characters (the library's line length) at a 1,280-px window
+    assert not seen["wide_code"], (
+        f"{doc}: code blocks that scroll sideways, longest lines: "
+        + "; ".join(f"{len(line)} columns: {line[:60]!r}" for line in seen["wide_code"])
+    )
 
 
 def link_resolves(link: str) -> bool:

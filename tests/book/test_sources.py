@@ -33,6 +33,17 @@ def test_notebooks_are_stored_without_outputs(path: Path):
             )
 
 
+@pytest.mark.parametrize(
+    "path", [p for p in ALL_NOTEBOOKS if "assignments" not in p.parts], ids=lambda p: p.stem
+)
+def test_notebook_code_fits_the_book_column_of_100(path: Path):
+    """The page shows 100 columns of code (the library's line length) without scrolling sideways."""
+    for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "code":
+            for line in "".join(cell["source"]).splitlines():
+                assert len(line) <= 100, f"cell {index} of {path.name}: {len(line)} columns: {line}"
+
+
 def test_every_toc_entry_has_a_source():
     for doc in toc_files():
         assert source_path(doc).exists()
@@ -69,9 +80,11 @@ def test_book_pages_include_code_rather_than_paste_it():
             )
         for target, name in re.findall(r"\{literalinclude\}\s*(\S+)\s*\n:pyobject:\s*(\S+)", text):
             source = (path.parent / target).resolve().read_text()
-            assert re.search(rf"^(def|class) {re.escape(name)}\b", source, re.M), (
-                f"{path.name}: {target} has no {name}"
-            )
+            owner, _, method = name.rpartition(".")  # Class.method names a method
+            found = re.search(rf"^(def|class) {re.escape(owner or method)}\b", source, re.M)
+            if found and owner:
+                found = re.search(rf"^    def {re.escape(method)}\b", source[found.end() :], re.M)
+            assert found, f"{path.name}: {target} has no {name}"
 
 
 def test_formula_counter_counts_what_a_reader_sees():
