@@ -146,7 +146,7 @@ def plot_value_heatmap(
             format(value, fmt),
             ha="center",
             va="center",
-            fontsize=9,
+            fontsize=SMALLEST_FONT_POINTS,
             color="white" if extreme else "black",
         )
     ax.set_xticks([])
@@ -181,7 +181,7 @@ def plot_return_distribution(
     )
     ax.set_xlabel("return $G_0$")
     ax.set_ylabel("episodes")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left")
     if title is not None:
         ax.set_title(title)
     return ax
@@ -215,7 +215,7 @@ def plot_error_vs_samples(
         )
     ax.set_xlabel("episodes averaged, $n$")
     ax.set_ylabel("error")
-    ax.legend(fontsize=8)
+    ax.legend()
     if title is not None:
         ax.set_title(title)
     return ax

@@ -165,9 +165,12 @@ def test_book_style_draws_for_the_page_column_in_colour_blind_safe_colours():
         assert fig.get_figwidth() == PAGE_WIDTH_INCHES and fig.dpi == 100
         assert [line.get_color() for line in ax.plot(np.zeros((2, 3)))] == list(OKABE_ITO[:3])
         for key in ("font.size", "xtick.labelsize", "legend.fontsize"):
-            assert matplotlib.font_manager.FontProperties(
-                size=matplotlib.rcParams[key]
-            ).get_size_in_points() >= 10
+            assert (
+                matplotlib.font_manager.FontProperties(
+                    size=matplotlib.rcParams[key]
+                ).get_size_in_points()
+                >= 10
+            )
         plt.close(fig)
 
 
