@@ -10,11 +10,12 @@ BOOK_FLAGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup chromium lint notebooks book book-strict test test-fast test-portability \
+.PHONY: help setup chromium lint notebooks book book-strict book-no-solutions test test-fast test-portability \
 	test-portability-notebooks test-portability-learning serve assignments bench clean
 
 help:
 	@echo "make book        build the HTML book in _build/html, executing every notebook (cached)"
+	@echo "make book-no-solutions  the same without the exercises' solutions, in _build/no-solutions"
 	@echo "make test        everything: unit and learning tests, assignments, strict book build, notebooks, browser check, benchmarks"
 	@echo "make test-fast   lint and unit tests (under 2 minutes)"
 	@echo "make test-portability  notebooks and all but the learning tests, on other CPU kernels"
@@ -72,6 +73,17 @@ book: notebooks
 # A full rebuild (--all) so that every page's warnings are seen; the execution cache keeps notebooks from re-running.
 book-strict: BOOK_FLAGS := --all -W -n --keep-going
 book-strict: book
+
+# The book without the exercises' solutions, for a course that assigns them (the default build hides
+# them behind a toggle only): _config.yml with sphinx-exercise's hide_solutions, into its own folder.
+book-no-solutions: notebooks
+	$(BIN)/python -c "import os, yaml; c = yaml.safe_load(open('_config.yml')); \
+		c['sphinx'].setdefault('config', {})['hide_solutions'] = True; \
+		c['execute']['cache'] = os.path.abspath('_build/.jupyter_cache'); \
+		yaml.safe_dump(c, open('_build/_config_no_solutions.yml', 'w'))"
+	$(BIN)/jupyter-book build . --config _build/_config_no_solutions.yml \
+		--path-output _build/no-solutions
+	@echo "Open _build/no-solutions/_build/html/index.html"
 
 test-fast: lint
 	$(PYTEST) $(XDIST) -q -m "not book and not assignments and not learning and not alone"
