@@ -3,8 +3,9 @@ page.
 
 For the index and every page in _toc.yml: the math rendered (no `$$` or `\\(` left in the text, and
 at least as many MathJax containers as formulas in the source), every image loaded, every internal
-link resolves (file and anchor), no code block scrolls sideways at a 1,280-px window, and nothing
-was fetched from the network. Screenshots:
+link resolves (file and anchor), every image outside a notebook cell is a figure with a caption and
+alt text, no code block scrolls sideways at a 1,280-px window, and nothing was fetched from the
+network. Screenshots:
 _build/screenshots/.
 """
 
@@ -52,6 +53,11 @@ READ_PAGE = """async () => {
     mathjax: document.querySelectorAll("main mjx-container").length,
     images: images.map(img => ({src: img.currentSrc || img.src, width: img.naturalWidth})),
     links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
+    uncaptioned: Array.from(document.querySelectorAll("main img"))
+      .filter(img => !img.closest(".cell"))
+      .filter(img => !(img.closest("figure") && img.closest("figure").querySelector("figcaption")
+                       && img.alt && !/[.](png|gif|jpe?g|svg)$/.test(img.alt)))
+      .map(img => img.getAttribute("src")),
     wide_code: Array.from(document.querySelectorAll("main div.highlight pre"))
       .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
       .map(pre => pre.innerText.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), "")),
@@ -148,6 +154,10 @@ def test_page_renders_offline_with_math_images_and_links(offline_page, doc):
         link for link in seen["links"] if link.startswith("file:") and not link_resolves(link)
     ]
     assert not broken_links, f"{doc}: broken internal links: {broken_links}"
+    # a chapter page's figures are numbered, with a caption and alt text (a notebook's are cell outputs)
+    assert not seen["uncaptioned"], (
+        f"{doc}: images without a figure caption or alt text: {seen['uncaptioned']}"
+    )
     # the code column shows 100 characters (the library's line length) at a 1,280-px window
     assert not seen["wide_code"], (
         f"{doc}: code blocks that scroll sideways, longest lines: "
