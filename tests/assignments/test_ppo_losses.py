@@ -676,7 +676,7 @@ def test_hidden_references_agree_with_rlkit():
                 logits = case["logits"].clone().requires_grad_(True)
                 values = case["values"].clone().requires_grad_(True)
                 agent = SimpleNamespace(
-                    evaluate=lambda obs, actions, logits=logits, values=values: (
+                    log_prob_entropy_and_value=lambda obs, actions, logits=logits, values=values: (
                         Categorical(logits=logits).log_prob(actions),
                         Categorical(logits=logits).entropy(),
                         values,
@@ -694,10 +694,9 @@ def test_hidden_references_agree_with_rlkit():
                     value_clip_eps=case["value_clip_eps"],
                     vf_coef=case["vf_coef"],
                     ent_coef=case["ent_coef"],
+                    normalize_advantages=case["normalize"],
                 )
-                loss, _ = ppo.ppo_loss(
-                    agent, minibatch, config, case["clip_eps"], case["normalize"]
-                )
+                loss, _ = ppo.ppo_loss(agent, minibatch, config, case["clip_eps"])
                 loss.backward()
                 for got, expected in zip((loss.detach(), logits.grad, values.grad), want):
                     close(got, expected)
