@@ -53,7 +53,7 @@ READ_PAGE = """async () => {
     mathjax: document.querySelectorAll("main mjx-container").length,
     images: images.map(img => ({src: img.currentSrc || img.src, width: img.naturalWidth})),
     links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
-    uncaptioned: Array.from(document.querySelectorAll("main img"))
+    uncaptioned: Array.from(document.querySelectorAll("main article img"))
       .filter(img => !img.closest(".cell"))
       .filter(img => !(img.closest("figure") && img.closest("figure").querySelector("figcaption")
                        && img.alt && !/[.](png|gif|jpe?g|svg)$/.test(img.alt)))
