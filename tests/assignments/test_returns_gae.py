@@ -87,3 +87,19 @@ def test_hidden_cases_change_with_the_grading_seed(course, graded):
 def test_feedback_does_not_show_hidden_tests(course, graded):
     secrets = ("def _hidden_gae",)
     ASSIGNMENT.check_feedback_hides(course, "b_ignores_dones", DEFAULT_SEED, secrets)
+
+
+def test_the_instructors_quick_start_ends_in_a_gradebook_csv(course, graded):
+    """The quick start of book/instructors.md, after its autograde: `nbgrader export` writes
+    grades.csv with the marks the gradebook holds (the reference 10, the stub 0)."""
+    import csv
+
+    page = (grading.REPO / "book" / "instructors.md").read_text()
+    quick_start = page.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    for command in ("make setup", "make assignments", "nbgrader autograde returns_gae", "export"):
+        assert command in quick_start, f"the quick start lost {command!r}"
+    grading.nbgrader(course, "export")
+    rows = {row["student_id"]: row for row in csv.DictReader((course / "grades.csv").open())}
+    total = sum(POINTS.values())
+    assert float(rows["reference"]["raw_score"]) == total == 10.0
+    assert float(rows["stubs"]["raw_score"]) == 0.0
