@@ -80,6 +80,8 @@ book-no-solutions: notebooks
 	$(BIN)/python -c "import os, yaml; c = yaml.safe_load(open('_config.yml')); \
 		c['sphinx'].setdefault('config', {})['hide_solutions'] = True; \
 		c['execute']['cache'] = os.path.abspath('_build/.jupyter_cache'); \
+		c['sphinx']['local_extensions'] = {name: os.path.abspath(path) for name, path in \
+			c['sphinx'].get('local_extensions', {}).items()}; \
 		yaml.safe_dump(c, open('_build/_config_no_solutions.yml', 'w'))"
 	$(BIN)/jupyter-book build . --config _build/_config_no_solutions.yml \
 		--path-output _build/no-solutions
