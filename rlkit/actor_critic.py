@@ -150,8 +150,7 @@ class ActorCriticTrainer(Trainer):
         self.envs = make_vector_env(config.env_id, config.num_envs, config.batched_env)
         try:
             self.agent = build_agent(config, self.envs)
-            self.flat = flatten_parameters(self.agent)
-            self.optimizer = build_optimizer([self.flat], config)
+            self.optimizer = build_optimizer([flatten_parameters(self.agent)], config)
             self.collector = RolloutCollector(
                 self.envs, self.agent, config.num_steps, config.gamma, config.seed
             )

@@ -72,6 +72,7 @@ def hyperparameter_help(name: str) -> str:
     """The table ``rlkit train ALGO --help`` ends with."""
     spec = algorithm_named(name)
     presets = PRESETS.get(name, {})
+    meanings = field_meanings(spec.config)
     lines = [
         f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes "
         "from the env's preset where there is one, else from the default):"
@@ -86,7 +87,7 @@ def hyperparameter_help(name: str) -> str:
             f"  {field.name} = {field.default!r}"
             + (f" (preset {'; '.join(tested)})" if tested else "")
         )
-        meaning = field_meanings(spec.config)[field.name]
+        meaning = meanings[field.name]
         if meaning:
             lines.append(f"      {meaning}")
     return "\n".join(lines)
