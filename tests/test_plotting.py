@@ -200,3 +200,12 @@ def test_mean_and_band_can_show_each_run():
     assert len(lines) == 4 and all(line.get_linestyle() == ":" for line in lines[1:])
     np.testing.assert_allclose(lines[2].get_ydata(), runs[1])
     plt.close(fig)
+
+
+def test_glue_figure_refuses_a_figure_the_page_cannot_show():
+    from rlkit.book import glue_figure
+
+    wide = plt.figure(figsize=(12, 3))
+    with pytest.raises(ValueError, match="fig must be at most 7.8 inches wide"):
+        glue_figure("too-wide", wide)
+    plt.close(wide)

@@ -44,6 +44,33 @@ def test_notebook_code_fits_the_book_column_of_100(path: Path):
                 assert len(line) <= 100, f"cell {index} of {path.name}: {len(line)} columns: {line}"
 
 
+CHAPTER_NOTEBOOKS = [p for p in ALL_NOTEBOOKS if "assignments" not in p.parts]
+
+
+@pytest.mark.parametrize("path", CHAPTER_NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_hand_values_to_the_page_through_rlkit_book(path: Path):
+    """Build plumbing stays out of a reader's way: values and figures go to the page through
+    rlkit.book's one-line helpers, never a notebook's own fallback or myst-nb's display flags."""
+    code = "\n".join(
+        "".join(cell["source"])
+        for cell in json.loads(path.read_text())["cells"]
+        if cell["cell_type"] == "code"
+    )
+    assert "from rlkit.book import" in code, f"{path.name} does not use rlkit.book"
+    for plumbing in ("myst_nb", "def glue", "display=False", "check_page_figure("):
+        assert plumbing not in code, f"{path.name} holds book plumbing: {plumbing!r}"
+
+
+@pytest.mark.parametrize("path", CHAPTER_NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_solution_cell_is_folded_in_jupyter_and_in_the_book(path: Path):
+    """A cell the book folds (tag hide-input) is folded in JupyterLab too (source_hidden), and the
+    other way round: a reader meets the same toggle wherever the notebook opens."""
+    for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+        folded_in_book = "hide-input" in cell["metadata"].get("tags", [])
+        folded_in_jupyter = cell["metadata"].get("jupyter", {}).get("source_hidden", False)
+        assert folded_in_book == folded_in_jupyter, f"cell {index} of {path.name}"
+
+
 def test_every_toc_entry_has_a_source():
     for doc in toc_files():
         assert source_path(doc).exists()
