@@ -184,3 +184,24 @@ def test_search_finds_a_chapter_offline(offline_page, built_book):
         "#search-results ul.search li a", "els => els.map(e => e.href)"
     )
     assert any(re.search(r"ch01_rl_problem", href) for href in results), results
+
+
+def test_hovering_an_equation_reference_shows_the_equation_offline(offline_page):
+    """Chapter 9's code section cites (9.3) far below the equation: hovering the reference shows
+    the equation, typeset, without a network request (tippy.js is vendored in _static)."""
+    offline_page.goto(html_path("book/ch09_reward_models").as_uri(), wait_until="load")
+    offline_page.evaluate(
+        "async () => { if (window.MathJax && MathJax.startup) await MathJax.startup.promise; }"
+    )
+    reference = offline_page.locator('a.reference[href="#equation-eq-bt-loss"]').last
+    reference.scroll_into_view_if_needed()
+    reference.hover()
+    tip = offline_page.locator("[data-tippy-root]").first
+    tip.wait_for(state="visible", timeout=10_000)
+    tip.locator("mjx-container").first.wait_for(timeout=10_000)
+    offline_page.wait_for_timeout(500)  # the fade-in, for the screenshot
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    offline_page.screenshot(path=str(SCREENSHOTS / "hover-equation-preview.png"))
+    assert "log" in tip.inner_text() and "\N{MATHEMATICAL ITALIC SMALL SIGMA}" in tip.inner_text()
+    assert not offline_page.network_requests, offline_page.network_requests
+    assert not offline_page.console_errors, offline_page.console_errors
