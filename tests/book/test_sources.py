@@ -120,3 +120,57 @@ def test_formula_counter_counts_what_a_reader_sees():
         "'$not$'\n```\n{math}`c`"
     )
     assert count_formulas(text) == 4
+
+
+INCLUDE = re.compile(r"^```\{literalinclude\} (\S+)\n:pyobject: (\S+)", re.M)
+EQUATION_LABEL = re.compile(r"eq-[a-z0-9-]+")
+
+
+def pyobject_source(path: Path, dotted: str) -> str:
+    """The source of the function or class ``dotted`` (``Class.method`` allowed) in ``path``, as
+    literalinclude's :pyobject: finds it."""
+    import ast
+
+    text = path.read_text()
+    body, node = ast.parse(text).body, None
+    for name in dotted.split("."):
+        node = next(
+            n
+            for n in body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and n.name == name
+        )
+        body = getattr(node, "body", [])
+    return ast.get_source_segment(text, node)
+
+
+CHAPTERS = [
+    source_path(doc)
+    for doc in toc_files()
+    if re.search(r"/ch\d\d_", "/" + doc) and source_path(doc).suffix == ".md"
+]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_included_code_sits_under_the_equations_its_docstrings_cite(path: Path):
+    """Each equation label that an included block's docstring cites is referenced ({eq}, with a
+    hover preview) in the prose of the block's own section, and the page's code section says which
+    number each cited label shows as, so that a reader can go from `eq-bt-loss` to (9.3)."""
+    text = path.read_text()
+    legend = set(re.findall(r"`(eq-[a-z0-9-]+)`\s+is\s+\{eq\}`\1`", text))
+    for match in INCLUDE.finditer(text):
+        labels = set(
+            EQUATION_LABEL.findall(
+                pyobject_source((path.parent / match.group(1)).resolve(), match.group(2))
+            )
+        )
+        before = text[: match.start()]
+        section = re.sub(r"^```+.*?^```+", "", before[before.rfind("\n#") :], flags=re.M | re.S)
+        referenced = set(re.findall(r"\{eq\}`(eq-[a-z0-9-]+)`", section))
+        assert labels <= referenced, (
+            f"{path.name}: the section above {match.group(2)} does not cite "
+            f"{sorted(labels - referenced)}"
+        )
+        assert labels <= legend, (
+            f"{path.name}: the code section does not say which number {sorted(labels - legend)} is"
+        )
