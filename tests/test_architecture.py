@@ -35,6 +35,7 @@ ALLOWED = {
     "a3c": RL_INFRASTRUCTURE | {"actor_critic", "a2c"},  # A3C is asynchronous A2C
     "llm": SHARED_MATH | {"checkpoint", "training", "llm"},
     "plotting": {"statistics"},
+    "book": {"plotting"},  # what a notebook hands to its page: checked figures
     "rendering": set(),
     "runs": {"*"},  # the run folders and the command line sit on top of everything
     "cli": {"*"},
