@@ -62,3 +62,24 @@ def deepspeed_chat_critic_loss(values, old_values, returns, mask, cliprange_valu
     vf_loss1 = (values - returns) ** 2
     vf_loss2 = (values_clipped - returns) ** 2
     return 0.5 * torch.sum(torch.max(vf_loss1, vf_loss2) * mask) / mask.sum()
+
+
+def deepspeed_chat_compute_rewards(
+    prompts, log_probs, ref_log_probs, reward_score, action_mask, kl_ctl, clip_reward_value
+):
+    """DeepSpeed-Chat's ``DeepSpeedPPOTrainer.compute_rewards``, line for line.
+
+    It works in the full-sequence layout: ``log_probs[:, i]`` is the log-probability of token
+    ``i + 1`` of prompt-and-response, and ``action_mask`` is the attention mask without its first
+    column, so the response's tokens sit at ``log_probs[:, start:]`` with
+    ``start = prompts.shape[1] - 1``.
+    """
+    kl_divergence_estimate = -kl_ctl * (log_probs - ref_log_probs)
+    rewards = kl_divergence_estimate
+    start = prompts.shape[1] - 1
+    ends = start + action_mask[:, start:].sum(1) + 1
+    reward_clip = torch.clamp(reward_score, -clip_reward_value, clip_reward_value)
+    batch_size = log_probs.shape[0]
+    for j in range(batch_size):
+        rewards[j, start : ends[j]][-1] += reward_clip[j]
+    return rewards

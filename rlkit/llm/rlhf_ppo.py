@@ -15,7 +15,7 @@ import torch
 from rlkit.losses import KL_ESTIMATORS, kl_estimate
 from rlkit.training import is_finite_number, require
 
-__all__ = ["compute_rewards", "last_token_index"]
+__all__ = ["AdaptiveKLController", "compute_rewards", "last_token_index"]
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
@@ -78,3 +78,37 @@ def compute_rewards(
         rows = torch.arange(rewards.shape[0], device=rewards.device)
         rewards[rows, last] += scores.detach().to(rewards.dtype).clamp(-clip_reward, clip_reward)
     return rewards
+
+
+class AdaptiveKLController:
+    """Ziegler et al.'s (2019) controller of ``kl_coef``: a proportional step towards a target KL.
+
+    After each batch, with ``e = clip(KL / target - 1, -0.2, 0.2)`` (eq-adaptive-kl),
+    ``kl_coef <- kl_coef * (1 + e * n / horizon)``, where ``n`` counts the batch's samples: the
+    coefficient grows while the policy drifts faster than the target allows and shrinks while it
+    stays closer. The clip bounds the step, so one odd batch cannot swing the coefficient.
+    """
+
+    def __init__(self, kl_coef: float, target: float, horizon: int):
+        require(is_finite_number(kl_coef) and kl_coef > 0, "kl_coef", "a number > 0", kl_coef)
+        require(is_finite_number(target) and target > 0, "target_kl", "a number > 0", target)
+        require(
+            isinstance(horizon, int) and not isinstance(horizon, bool) and horizon >= 1,
+            "kl_horizon",
+            "an integer >= 1",
+            horizon,
+        )
+        self.value, self.target, self.horizon = float(kl_coef), float(target), horizon
+
+    def update(self, kl: float, num_samples: int) -> float:
+        """The new coefficient, after a batch of ``num_samples`` whose mean KL was ``kl``."""
+        require(is_finite_number(kl), "kl", "a finite number", kl)
+        error = min(max(kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * num_samples / self.horizon
+        return self.value
+
+    def state_dict(self) -> dict:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = float(state["value"])

@@ -128,3 +128,102 @@ def test_an_empty_response_and_mismatched_shapes_are_refused():
         compute_rewards(logprobs, ref_logprobs, scores[:-1], mask, 0.1, 1.0)
     with pytest.raises(ValueError, match="ref_logprobs and mask must be"):
         compute_rewards(logprobs, ref_logprobs[:, :-1], scores, mask, 0.1, 1.0)
+
+
+# ---- The seed's code: DeepSpeed-Chat's compute_rewards on the same batch. ------------------------
+
+
+def full_sequence_layout(logprobs, ref_logprobs, mask, prompt_length):
+    """rlkit's response columns placed where DeepSpeed-Chat keeps them: log-prob column i holds
+    token i + 1 of prompt-and-response, so response token t sits at column prompt_length - 1 + t;
+    the prompt's columns hold log-probs that the rewards must not read (here 0)."""
+    batch = logprobs.shape[0]
+    prompt_cols = torch.zeros(batch, prompt_length - 1, dtype=logprobs.dtype)
+    attention = torch.cat([torch.ones(batch, prompt_length), mask], dim=1)
+    return (
+        torch.cat([prompt_cols, logprobs], 1),
+        torch.cat([prompt_cols, ref_logprobs], 1),
+        attention[:, 1:].long(),  # DeepSpeed-Chat's action_mask (integers)
+    )
+
+
+def test_deepspeed_chat_agrees_where_no_response_is_padded():
+    from tests.oracles import deepspeed_chat_compute_rewards
+
+    logprobs, ref_logprobs, scores, _ = random_batch(4)
+    mask = torch.ones_like(logprobs)  # every response fills the batch's width
+    prompt_length = 3
+    ds_logprobs, ds_ref, action_mask = full_sequence_layout(
+        logprobs, ref_logprobs, mask, prompt_length
+    )
+    ds = deepspeed_chat_compute_rewards(
+        torch.zeros(len(scores), prompt_length), ds_logprobs, ds_ref, scores, action_mask, 0.1, 2.0
+    )
+    ours = compute_rewards(logprobs, ref_logprobs, scores, mask, 0.1, 2.0)
+    torch.testing.assert_close(ds[:, prompt_length - 1 :], ours)
+
+
+def test_deepspeed_chat_puts_the_score_one_past_a_padded_responses_last_token():
+    """``ends = start + action_mask[:, start:].sum(1) + 1`` counts the response's n tokens from
+    ``start``, so ``rewards[j, start:ends[j]][-1]`` is column start + n: the first padding column,
+    one past the last token (start + n - 1). Only a response that fills the width gets the score on
+    its last token, because the slice is cut at the end of the tensor."""
+    from tests.oracles import deepspeed_chat_compute_rewards
+
+    logprobs, ref_logprobs, scores, mask = random_batch(5)
+    prompt_length, width = 3, mask.shape[1]
+    ds_logprobs, ds_ref, action_mask = full_sequence_layout(
+        logprobs, ref_logprobs, mask, prompt_length
+    )
+    same = logprobs.clone()
+    ds = deepspeed_chat_compute_rewards(
+        torch.zeros(len(scores), prompt_length),
+        ds_logprobs,
+        ds_logprobs.clone(),
+        scores,
+        action_mask,
+        0.1,
+        100.0,
+    )[:, prompt_length - 1 :]
+    ours = compute_rewards(same, same.clone(), scores, mask, 0.1, 100.0)
+    lengths = mask.sum(1).long()
+    for row, n in enumerate(lengths.tolist()):
+        assert ours[row].nonzero().flatten().tolist() == [n - 1]  # the last token
+        where = n if n < width else width - 1  # DeepSpeed-Chat: the first pad, unless none
+        assert ds[row].nonzero().flatten().tolist() == [where]
+    assert (lengths < width).any(), "the batch must hold a padded response"
+
+
+# ---- Ziegler et al.'s adaptive KL coefficient. -----------------------------------------------
+
+
+def test_adaptive_kl_follows_its_closed_form():
+    from rlkit.llm.rlhf_ppo import AdaptiveKLController
+
+    controller = AdaptiveKLController(kl_coef=0.1, target=6.0, horizon=10_000)
+    # at the target: unchanged; far above it: the step is clipped at +20% of n / horizon
+    assert controller.update(6.0, 256) == pytest.approx(0.1)
+    for _ in range(5):
+        controller.update(60.0, 256)
+    assert controller.value == pytest.approx(0.1 * (1 + 0.2 * 256 / 10_000) ** 5)
+    # below it, proportionally: KL = 5.4 is 10% under the target
+    before = controller.value
+    assert controller.update(5.4, 1_000) == pytest.approx(before * (1 - 0.1 * 1_000 / 10_000))
+    copy = AdaptiveKLController(kl_coef=1.0, target=1.0, horizon=1)
+    copy.load_state_dict(controller.state_dict())
+    assert copy.value == controller.value
+
+
+@pytest.mark.parametrize(
+    "settings, field",
+    [
+        (dict(kl_coef=0.0, target=1.0, horizon=10), "kl_coef must be a number > 0"),
+        (dict(kl_coef=0.1, target=-1.0, horizon=10), "target_kl must be a number > 0"),
+        (dict(kl_coef=0.1, target=1.0, horizon=0), "kl_horizon must be an integer >= 1"),
+    ],
+)
+def test_adaptive_kl_refuses_bad_settings(settings, field):
+    from rlkit.llm.rlhf_ppo import AdaptiveKLController
+
+    with pytest.raises(ValueError, match=field):
+        AdaptiveKLController(**settings)
