@@ -10,12 +10,59 @@ the episode, and nothing flows back from the padding.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import torch
+from transformers import AutoTokenizer, PreTrainedModel
 
-from rlkit.losses import KL_ESTIMATORS, kl_estimate
-from rlkit.training import is_finite_number, require
+from rlkit.advantages import gae
+from rlkit.llm.generation import (
+    PromptBatch,
+    ResponseBatch,
+    generate,
+    response_logprobs,
+    sequence_layout,
+)
+from rlkit.llm.models import ValueHeadModel, load_causal_lm, load_reward_model, require_matching_pad
+from rlkit.llm.reward_model import score
+from rlkit.llm.tasks import SortTask, TaskData
+from rlkit.llm.tokenizer import require_pad_token
+from rlkit.llm.trainer import (
+    LanguageModelTrainer,
+    LanguageModelTrainingConfig,
+    adamw_with_decay_groups,
+    base_model,
+    split,
+)
+from rlkit.losses import (
+    KL_ESTIMATORS,
+    approx_kl,
+    clip_fraction,
+    clipped_policy_loss,
+    clipped_value_loss,
+    kl_estimate,
+    masked_whiten,
+)
+from rlkit.training import (
+    is_count,
+    is_finite_number,
+    require,
+    set_learning_rate,
+    warmup_cosine,
+)
 
-__all__ = ["AdaptiveKLController", "compute_rewards", "last_token_index"]
+__all__ = [
+    "AdaptiveKLController",
+    "RLHFPPOConfig",
+    "RLHFPPOTrainer",
+    "compute_rewards",
+    "last_token_index",
+    "response_values",
+]
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
@@ -112,3 +159,459 @@ class AdaptiveKLController:
 
     def load_state_dict(self, state: dict) -> None:
         self.value = float(state["value"])
+
+
+# ---- The trainer: four models, one iteration in named phases. ----------------------------------
+
+REWARD_SOURCES = ("model", "task")
+CRITIC_SOURCES = ("reward_model", "policy")
+PHASES = ("generate", "score", "reference", "values", "rewards", "advantages", "ppo_epochs")
+
+
+@dataclass
+class RLHFPPOConfig(LanguageModelTrainingConfig):
+    """RLHF with PPO on the sort task; the optimization fields of ``LanguageModelTrainingConfig``
+    drive the actor, ``critic_learning_rate`` the critic."""
+
+    # where each model comes from, so that a run folder can rebuild them (None: passed to the
+    # trainer's constructor)
+    sft_folder: str | None = None  # the actor's start and the reference: an SFT run's saved model
+    reward_model_folder: str | None = None  # Chapter 9's saved reward model
+    reward: str = "model"  # "model": the reward model's score; "task": the task's exact match
+    critic_from: str = "reward_model"  # the critic's backbone: "reward_model" or "policy"
+    num_digits: int = 6  # the sort task's prompt length
+    num_iterations: int = 20  # iterations of generate, score, ..., PPO epochs
+    batch_size: int = 32  # prompts per iteration, one response each
+    minibatch_size: int = 8  # responses per PPO step
+    ppo_epochs: int = 2  # passes over each iteration's responses
+    max_new_tokens: int = 8  # the response's length limit (the answer and its EOS fit)
+    temperature: float = 1.0  # for sampling and for every log-probability recomputed
+    kl_coef: float = 0.05  # beta of the KL penalty in the reward (the start, with target_kl)
+    kl_kind: str = "k1"  # the per-token KL estimate in the reward: "k1", "k2" or "k3"
+    target_kl: float | None = (
+        None  # Ziegler et al.'s adaptive kl_coef aims at this KL (None: fixed)
+    )
+    kl_horizon: int = 10_000  # the adaptive controller's horizon, in responses
+    clip_eps: float = 0.2  # PPO's ratio clip
+    value_clip_eps: float | None = 0.2  # the value clip around the old values (None: plain MSE)
+    critic_learning_rate: float = 1e-4  # the critic's own AdamW step size
+    gamma: float = 1.0  # the discount over response tokens
+    lam: float = 0.95  # GAE's lambda over response tokens
+    clip_reward: float = 5.0  # the score is clipped to [-clip_reward, clip_reward]
+    whiten_advantages: bool = True  # normalise advantages over each iteration's valid tokens
+    missing_eos_penalty: float | None = None  # subtracted from the score of a response without EOS
+    learning_rate: float = 2e-5  # the actor's AdamW step size
+    warmup_steps: int = 0  # in iterations
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.reward in REWARD_SOURCES, "reward", f"one of {REWARD_SOURCES}", self.reward)
+        require(
+            self.critic_from in CRITIC_SOURCES,
+            "critic_from",
+            f"one of {CRITIC_SOURCES}",
+            self.critic_from,
+        )
+        for name in ("num_digits", "num_iterations", "batch_size", "minibatch_size"):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        for name in ("ppo_epochs", "max_new_tokens", "kl_horizon"):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(
+            self.minibatch_size <= self.batch_size,
+            "minibatch_size",
+            f"at most batch_size ({self.batch_size})",
+            self.minibatch_size,
+        )
+        require(
+            is_finite_number(self.kl_coef) and self.kl_coef >= 0,
+            "kl_coef",
+            "a number >= 0",
+            self.kl_coef,
+        )
+        require(self.kl_kind in KL_ESTIMATORS, "kl_kind", f"one of {KL_ESTIMATORS}", self.kl_kind)
+        require(
+            self.target_kl is None or (is_finite_number(self.target_kl) and self.target_kl > 0),
+            "target_kl",
+            "None or a number > 0",
+            self.target_kl,
+        )
+        require(
+            self.target_kl is None or self.kl_coef > 0,
+            "kl_coef",
+            "a number > 0 when target_kl adapts it",
+            self.kl_coef,
+        )
+        for name in ("temperature", "clip_eps", "clip_reward", "critic_learning_rate"):
+            value = getattr(self, name)
+            require(is_finite_number(value) and value > 0, name, "a number > 0", value)
+        require(
+            self.value_clip_eps is None
+            or (is_finite_number(self.value_clip_eps) and self.value_clip_eps > 0),
+            "value_clip_eps",
+            "None or a number > 0",
+            self.value_clip_eps,
+        )
+        for name in ("gamma", "lam"):
+            value = getattr(self, name)
+            require(is_finite_number(value) and 0 <= value <= 1, name, "in [0, 1]", value)
+        require(
+            self.missing_eos_penalty is None or is_finite_number(self.missing_eos_penalty),
+            "missing_eos_penalty",
+            "None or a number",
+            self.missing_eos_penalty,
+        )
+
+
+class PhaseTimer:
+    """Seconds spent in each named phase of an iteration (Chapter 13 distributes these phases)."""
+
+    def __init__(self):
+        self.seconds = {phase: 0.0 for phase in PHASES}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - start
+
+
+def rows(prompts: PromptBatch, index: torch.Tensor) -> PromptBatch:
+    """The prompts of the rows ``index``."""
+    return PromptBatch(
+        prompts.input_ids[index], prompts.attention_mask[index], prompts.position_ids[index]
+    )
+
+
+def response_values(
+    critic: ValueHeadModel, prompts: PromptBatch, response_ids: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """``V(s_t)`` for each response token, ``[B, T_resp]``: the critic's output at the column
+    before the token, the state the policy chose it in (the same shift as the logits); 0 on
+    padding."""
+    input_ids, attention_mask, position_ids = sequence_layout(prompts, response_ids, mask)
+    values = critic(input_ids, attention_mask, position_ids)
+    start = prompts.input_ids.shape[1] - 1
+    return values[:, start : start + response_ids.shape[1]] * mask
+
+
+class RLHFPPOTrainer(LanguageModelTrainer):
+    """PPO on a language model with the RLHF reward, holding the four models of ColossalAI's PPO
+    trainer: the actor (trained), the critic (trained), the reference (the actor's start, frozen)
+    and the reward model (frozen).
+
+    Each ``run_update`` is one iteration, in named, timed phases: generate responses to a batch of
+    prompts, score them, the reference's log-probabilities, the critic's values, the KL-shaped
+    rewards (eq-rlhf-reward), token-level GAE (whitened over valid tokens), and ``ppo_epochs``
+    passes of clipped policy and value steps over minibatches. Dropout is off in every model
+    throughout (they stay in eval mode; gradients still flow), so that the log-probabilities of
+    sampling and of training are one computation and the first ratio is exactly 1.
+    """
+
+    algorithm = "rlhf_ppo"
+
+    def __init__(
+        self,
+        config: RLHFPPOConfig,
+        actor: PreTrainedModel | None = None,
+        tokenizer=None,
+        reference: PreTrainedModel | None = None,
+        critic: ValueHeadModel | None = None,
+        reward_model: PreTrainedModel | None = None,
+        reward_tokenizer=None,
+    ):
+        super().__init__(config)
+        self.task = SortTask(config.num_digits)
+        self.data = TaskData(self.task, seed=config.seed)
+        if actor is None:
+            require(config.sft_folder is not None, "sft_folder", "a saved SFT model's folder", None)
+            actor = load_causal_lm(config.sft_folder, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(config.sft_folder)
+        require(tokenizer is not None, "tokenizer", "the actor's tokenizer", tokenizer)
+        self.tokenizer = tokenizer
+        self.reward_model, self.reward_tokenizer = None, None
+        if config.reward == "model":
+            if reward_model is None:
+                require(
+                    config.reward_model_folder is not None,
+                    "reward_model_folder",
+                    "a saved reward model's folder (reward='model')",
+                    None,
+                )
+                reward_model = load_reward_model(config.reward_model_folder, torch.float32)
+                reward_tokenizer = AutoTokenizer.from_pretrained(config.reward_model_folder)
+            reward_tokenizer = reward_tokenizer or tokenizer  # a tokenizer of its own is allowed
+            require_pad_token(reward_tokenizer)
+            require_matching_pad(reward_model, reward_tokenizer)
+            self.reward_model = frozen(reward_model.to(config.device))
+            self.reward_tokenizer = reward_tokenizer
+        if critic is None:
+            critic = self._critic_from_config(actor, tokenizer)
+        longest = self.task.max_prompt_length + 1 + config.max_new_tokens
+        layout = "<bos> prompt response (num_digits and max_new_tokens)"
+        self.prepare(actor, longest, "num_digits", layout)
+        self.model.eval()  # dropout off; see the class docstring
+        # with LoRA, the reference is the actor with its adapters disabled: no second copy
+        self.reference = None if config.lora_rank is not None else reference
+        if config.lora_rank is None and self.reference is None:
+            self.reference = copy.deepcopy(actor)
+        if self.reference is not None:
+            self.reference = frozen(self.reference.to(config.device))
+        self.critic = critic.to(config.device).eval()
+        self.critic_optimizer = adamw_with_decay_groups(
+            self.critic, config.critic_learning_rate, config.weight_decay
+        )
+        self.kl_controller = (
+            AdaptiveKLController(config.kl_coef, config.target_kl, config.kl_horizon)
+            if config.target_kl is not None
+            else None
+        )
+        self.kl_coef = config.kl_coef
+        self.shuffle = torch.Generator().manual_seed(config.seed)
+
+    def _critic_from_config(self, actor, tokenizer) -> ValueHeadModel:
+        """The critic's backbone: the reward model's (it already reads sequences for their
+        quality) or the actor's. It must read the actor's tokens, so a reward model with a
+        tokenizer of its own cannot be the critic's start."""
+        if self.config.critic_from == "policy":
+            return ValueHeadModel.from_pretrained_model(actor)
+        require(
+            self.reward_model is not None,
+            "critic_from",
+            "'policy' when there is no reward model (reward='task')",
+            self.config.critic_from,
+        )
+        require(
+            self.reward_tokenizer.get_vocab() == tokenizer.get_vocab(),
+            "critic_from",
+            "'policy' when the reward model has a tokenizer of its own (the critic reads the "
+            "policy's tokens)",
+            self.config.critic_from,
+        )
+        return ValueHeadModel.from_pretrained_model(self.reward_model)
+
+    @property
+    def subject(self) -> str:
+        return f"sort ({self.config.num_digits} digits), reward from the {self.config.reward}"
+
+    @property
+    def num_updates(self) -> int:
+        return self.config.num_iterations
+
+    # ---- one iteration ---------------------------------------------------------------------------
+
+    def _update(self) -> dict[str, float]:
+        config, timer = self.config, PhaseTimer()
+        prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
+        with timer("generate"):
+            batch = generate(
+                self.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
+            )
+        texts, mask = batch.texts(self.tokenizer), batch.response_mask
+        with timer("score"):
+            scores = self._scores(prompts, texts, batch)
+        with torch.no_grad():
+            with timer("reference"):
+                ref_logprobs = self._reference_logprobs(batch)
+            with timer("values"):
+                values = response_values(self.critic, batch.prompts, batch.response_ids, mask)
+            with timer("rewards"):
+                rewards = compute_rewards(
+                    batch.logprobs,
+                    ref_logprobs,
+                    scores,
+                    mask,
+                    self.kl_coef,
+                    config.clip_reward,
+                    config.kl_kind,
+                )
+            with timer("advantages"):
+                advantages, returns = gae(rewards, values, config.gamma, config.lam, mask=mask)
+                if config.whiten_advantages:
+                    advantages = masked_whiten(advantages, mask)
+        with timer("ppo_epochs"):
+            stats = self._ppo_epochs(batch, advantages, returns, values)
+        valid = mask.to(batch.logprobs.dtype)
+        sequence_kl = ((batch.logprobs - ref_logprobs) * valid).sum(dim=1).mean().item()
+        row = {
+            "iteration": self.updates_done + 1,
+            "score": scores.mean().item(),
+            "task_reward": sum(map(self.task.reward, prompts, texts)) / len(prompts),
+            "kl": sequence_kl,
+            "kl_coef": self.kl_coef,
+            "response_length": valid.sum(dim=1).mean().item(),
+            **stats,
+            **{f"seconds_{phase}": seconds for phase, seconds in timer.seconds.items()},
+        }
+        if self.kl_controller is not None:
+            self.kl_coef = self.kl_controller.update(sequence_kl, config.batch_size)
+        return row
+
+    def _scores(self, prompts: list[str], texts: list[str], batch: ResponseBatch) -> torch.Tensor:
+        """The reward model's score of each decoded response (re-tokenized with its own tokenizer),
+        or the task's verifiable reward; ``missing_eos_penalty`` off a response without EOS."""
+        if self.reward_model is None:
+            scores = torch.tensor(list(map(self.task.reward, prompts, texts)))
+        else:
+            scores = score(self.reward_model, self.reward_tokenizer, prompts, texts)
+        scores = scores.to(batch.logprobs.device, batch.logprobs.dtype)
+        if self.config.missing_eos_penalty is not None:
+            ended = (batch.response_ids == self.tokenizer.eos_token_id) & (batch.response_mask != 0)
+            scores = scores - self.config.missing_eos_penalty * (~ended.any(dim=1)).to(scores.dtype)
+        return scores
+
+    def _reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
+        """The sampled tokens' log-probabilities under the reference, at the sampling
+        temperature."""
+        arguments = (batch.prompts, batch.response_ids, batch.response_mask, batch.temperature)
+        if self.reference is None:  # LoRA: the actor without its adapters
+            with base_model(self.model) as reference:
+                return response_logprobs(reference, *arguments)
+        return response_logprobs(self.reference, *arguments)
+
+    def _ppo_epochs(self, batch, advantages, returns, old_values) -> dict[str, float]:
+        """``ppo_epochs`` passes over the responses in shuffled minibatches: a clipped policy step
+        of the actor and a clipped value step of the critic on each."""
+        config, sums, steps = self.config, {}, 0
+        first_ratio_error = None
+        for _ in range(config.ppo_epochs):
+            order = torch.randperm(config.batch_size, generator=self.shuffle)
+            for start in range(0, config.batch_size, config.minibatch_size):
+                index = order[start : start + config.minibatch_size].to(advantages.device)
+                minibatch = Minibatch(
+                    rows(batch.prompts, index),
+                    batch.response_ids[index],
+                    batch.response_mask[index],
+                    batch.logprobs[index],
+                    advantages[index],
+                    returns[index],
+                    old_values[index],
+                )
+                actor = self._actor_step(minibatch)
+                critic = self._critic_step(minibatch)
+                if first_ratio_error is None:
+                    first_ratio_error = actor.pop("ratio_error")
+                actor.pop("ratio_error", None)
+                for name, value in {**actor, **critic}.items():
+                    sums[name] = sums.get(name, 0.0) + value
+                steps += 1
+        return {"first_ratio_error": first_ratio_error, **{k: v / steps for k, v in sums.items()}}
+
+    def _actor_step(self, minibatch: Minibatch) -> dict[str, float]:
+        """One AdamW step of the actor on the clipped surrogate (eq-ppo-clip), over the
+        minibatch's micro-batches."""
+        config = self.config
+        parts = split(list(range(len(minibatch.response_ids))), config.micro_batch_size)
+        pieces = [minibatch.select(torch.tensor(part)) for part in parts]
+
+        def loss_of(piece: Minibatch):
+            logprobs = response_logprobs(
+                self.model, piece.prompts, piece.response_ids, piece.mask, config.temperature
+            )
+            loss = clipped_policy_loss(
+                logprobs, piece.old_logprobs, piece.advantages, config.clip_eps, piece.mask
+            )
+            with torch.no_grad():
+                valid = piece.mask != 0
+                ratio = (logprobs - piece.old_logprobs).exp()
+                return loss, {
+                    "clip_fraction": clip_fraction(
+                        logprobs, piece.old_logprobs, config.clip_eps, piece.mask
+                    ),
+                    "approx_kl": approx_kl(logprobs, piece.old_logprobs, piece.mask),
+                    "ratio_error": (ratio[valid] - 1).abs().max(),
+                }
+
+        stats = self.optimizer_step(pieces, [float(p.mask.sum()) for p in pieces], loss_of)
+        stats["policy_loss"] = stats.pop("loss")
+        stats["grad_norm_actor"] = stats.pop("grad_norm")
+        stats.pop("learning_rate")
+        return stats
+
+    def _critic_step(self, minibatch: Minibatch) -> dict[str, float]:
+        """One AdamW step of the critic on the clipped value loss (eq-ppo-value-clip), at the
+        actor's schedule scaled to ``critic_learning_rate``."""
+        config = self.config
+        set_learning_rate(
+            self.critic_optimizer,
+            config.critic_learning_rate
+            * warmup_cosine(self.updates_done, config.warmup_steps, self.num_updates),
+        )
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            values = response_values(
+                self.critic, minibatch.prompts, minibatch.response_ids, minibatch.mask
+            )
+            loss = clipped_value_loss(
+                values,
+                minibatch.old_values,
+                minibatch.returns,
+                config.value_clip_eps,
+                minibatch.mask,
+            )
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm)
+        self.critic_optimizer.step()
+        return {"value_loss": loss.item(), "grad_norm_critic": norm.item()}
+
+    # ---- state -------------------------------------------------------------------------------
+
+    def _state(self) -> dict:
+        version, internal, gauss = self.data.train_rng.getstate()
+        return {
+            **super()._state(),
+            "critic": self.critic.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "kl_coef": self.kl_coef,
+            "shuffle": self.shuffle.get_state(),
+            "data_rng": list(internal),
+        }
+
+    def _load_state(self, state: dict) -> None:
+        super()._load_state(state)
+        self.critic.load_state_dict(state["critic"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.kl_coef = float(state["kl_coef"])
+        if self.kl_controller is not None:
+            self.kl_controller.value = self.kl_coef
+        self.shuffle.set_state(state["shuffle"])
+        version, _, gauss = self.data.train_rng.getstate()
+        self.data.train_rng.setstate((version, tuple(state["data_rng"]), gauss))
+
+
+@dataclass
+class Minibatch:
+    """A minibatch of an iteration's responses with everything PPO's two steps read."""
+
+    prompts: PromptBatch
+    response_ids: torch.Tensor
+    mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    old_values: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> Minibatch:
+        index = index.to(self.response_ids.device)
+        return Minibatch(
+            rows(self.prompts, index),
+            *(
+                getattr(self, name)[index]
+                for name in (
+                    "response_ids",
+                    "mask",
+                    "old_logprobs",
+                    "advantages",
+                    "returns",
+                    "old_values",
+                )
+            ),
+        )
+
+
+def frozen(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` in eval mode with every weight's gradient off: it takes part, it does not learn."""
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model.eval()

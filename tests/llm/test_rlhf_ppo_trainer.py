@@ -1,0 +1,197 @@
+"""The RLHF-PPO trainer's correctness checklist, on tiny models built from a config: the first
+ratio is 1, no KL penalty while the actor is the reference, the frozen models stay frozen and
+bit-identical, the LoRA reference is the base model, the same seed gives the same run, every phase
+is timed, and bad input is refused with the field named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rlkit.llm.models import build_causal_lm, build_reward_model, tiny_config
+from rlkit.llm.rlhf_ppo import PHASES, RLHFPPOConfig, RLHFPPOTrainer
+from rlkit.llm.tokenizer import build_char_tokenizer
+
+SMALL = dict(num_iterations=2, batch_size=8, minibatch_size=4, ppo_epochs=2, num_digits=4)
+
+
+def four_models(tokenizer, seed=0):
+    actor = build_causal_lm(tiny_config(tokenizer), seed=seed)
+    reward_model = build_reward_model(tiny_config(tokenizer), seed=seed + 1)
+    return actor, reward_model
+
+
+def trainer_for(config, tokenizer=None, **models):
+    tokenizer = tokenizer or build_char_tokenizer()
+    actor, reward_model = four_models(tokenizer, config.seed)
+    models = {"actor": actor, "reward_model": reward_model, **models}
+    return RLHFPPOTrainer(config, tokenizer=tokenizer, **models)
+
+
+def without_timings(rows):
+    """History rows without their seconds, which no two runs share."""
+    return [{k: v for k, v in row.items() if not k.startswith("seconds_")} for row in rows]
+
+
+def run(trainer, iterations):
+    for _ in range(iterations):
+        trainer.run_update()
+    return trainer.history
+
+
+def test_the_first_ratio_is_one_and_the_first_kl_zero():
+    trainer = trainer_for(RLHFPPOConfig(**SMALL))
+    first = run(trainer, 1)[0]
+    assert first["first_ratio_error"] < 1e-6
+    assert abs(first["kl"]) < 1e-6  # the actor is still the reference when it samples
+    later = run(trainer, 1)[1]
+    assert later["kl"] != 0.0  # one iteration of steps moved it
+
+
+def test_the_reference_and_the_reward_model_get_no_gradient_and_do_not_change():
+    trainer = trainer_for(RLHFPPOConfig(**SMALL))
+    frozen = {
+        name: copy.deepcopy(model.state_dict())
+        for name, model in (("reference", trainer.reference), ("reward", trainer.reward_model))
+    }
+    actor_before = copy.deepcopy(trainer.model.state_dict())
+    run(trainer, 2)
+    for name, model in (("reference", trainer.reference), ("reward", trainer.reward_model)):
+        assert all(p.grad is None and not p.requires_grad for p in model.parameters()), name
+        for key, value in model.state_dict().items():
+            assert torch.equal(value, frozen[name][key]), (name, key)
+    assert any(
+        not torch.equal(value, actor_before[key])
+        for key, value in trainer.model.state_dict().items()
+    ), "the actor should have learned"
+
+
+def test_every_phase_is_timed_and_the_history_holds_the_diagnostics():
+    row = run(trainer_for(RLHFPPOConfig(**SMALL)), 1)[0]
+    for phase in PHASES:
+        assert row[f"seconds_{phase}"] >= 0.0
+    assert row["seconds_generate"] > 0 and row["seconds_ppo_epochs"] > 0
+    for name in ("score", "task_reward", "kl_coef", "policy_loss", "value_loss", "clip_fraction"):
+        assert name in row
+
+
+def test_the_same_seed_gives_the_same_run_and_another_seed_another():
+    first = run(trainer_for(RLHFPPOConfig(**SMALL, seed=3)), 2)
+    second = run(trainer_for(RLHFPPOConfig(**SMALL, seed=3)), 2)
+    assert without_timings(first) == without_timings(second)
+    other = run(trainer_for(RLHFPPOConfig(**SMALL, seed=4)), 2)
+    assert without_timings(other) != without_timings(first)
+
+
+def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    config = RLHFPPOConfig(**SMALL | dict(num_iterations=3), seed=5)
+    whole = run(trainer_for(config), 3)
+    first = trainer_for(config)
+    run(first, 1)
+    path = tmp_path / "state.pt"
+    torch.save(first.state_dict(), path)
+    resumed = trainer_for(config)
+    resumed.load_state_dict(torch.load(path, weights_only=True))
+    rest = run(resumed, 2)
+    assert without_timings(rest) == without_timings(whole)
+
+
+def test_with_lora_the_reference_is_the_base_model_and_only_adapters_learn():
+    pytest.importorskip("peft")
+    tokenizer = build_char_tokenizer()
+    actor, reward_model = four_models(tokenizer)
+    base = copy.deepcopy(actor)
+    trainer = RLHFPPOTrainer(
+        RLHFPPOConfig(**SMALL, lora_rank=4, learning_rate=1e-3),
+        actor=actor,
+        tokenizer=tokenizer,
+        reward_model=reward_model,
+    )
+    assert trainer.reference is None
+    frozen_before = {
+        name: p.detach().clone()
+        for name, p in trainer.model.named_parameters()
+        if not p.requires_grad
+    }
+    run(trainer, 2)
+    for name, p in trainer.model.named_parameters():
+        if not p.requires_grad:
+            assert torch.equal(p, frozen_before[name]), name
+    assert all("lora" in name for name, p in trainer.model.named_parameters() if p.requires_grad)
+    # the disabled adapter's log-probs are the base model's
+    from rlkit.llm.generation import generate, response_logprobs
+    from rlkit.llm.trainer import base_model
+
+    torch.manual_seed(0)
+    batch = generate(base.eval(), tokenizer, ["S1234:", "S4321:"], 5)
+    arguments = (batch.prompts, batch.response_ids, batch.response_mask)
+    with base_model(trainer.model) as reference, torch.no_grad():
+        disabled = response_logprobs(reference, *arguments)
+    torch.testing.assert_close(disabled, response_logprobs(base, *arguments), atol=1e-6, rtol=0)
+
+
+def test_the_task_reward_needs_no_reward_model_and_the_critic_starts_from_the_policy():
+    tokenizer = build_char_tokenizer()
+    actor, _ = four_models(tokenizer)
+    trainer = RLHFPPOTrainer(
+        RLHFPPOConfig(**SMALL, reward="task", critic_from="policy"),
+        actor=actor,
+        tokenizer=tokenizer,
+    )
+    row = run(trainer, 1)[0]
+    assert row["score"] == row["task_reward"]  # the score is the exact match itself
+
+
+def test_a_reward_model_with_a_tokenizer_of_its_own_scores_the_decoded_text():
+    tokenizer = build_char_tokenizer()
+    own = build_char_tokenizer(alphabet="9876543210:S")  # the same characters, other ids
+    assert own.get_vocab() != tokenizer.get_vocab()
+    actor = build_causal_lm(tiny_config(tokenizer), seed=0)
+    reward_model = build_reward_model(tiny_config(own), seed=1)
+    trainer = RLHFPPOTrainer(
+        RLHFPPOConfig(**SMALL, critic_from="policy"),
+        actor=actor,
+        tokenizer=tokenizer,
+        reward_model=reward_model,
+        reward_tokenizer=own,
+    )
+    row = run(trainer, 1)[0]
+    assert row["first_ratio_error"] < 1e-6
+    # the critic must read the actor's tokens: not the reward model's backbone, here
+    with pytest.raises(ValueError, match="critic_from must be 'policy' when the reward model has"):
+        RLHFPPOTrainer(
+            RLHFPPOConfig(**SMALL),
+            actor=actor,
+            tokenizer=tokenizer,
+            reward_model=reward_model,
+            reward_tokenizer=own,
+        )
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(kl_coef=-0.1), "kl_coef must be a number >= 0"),
+        (dict(clip_reward=0.0), "clip_reward must be a number > 0"),
+        (dict(minibatch_size=16), "minibatch_size must be at most batch_size"),
+        (dict(reward="human"), "reward must be one of"),
+        (dict(critic_from="nowhere"), "critic_from must be one of"),
+        (dict(target_kl=-1.0), "target_kl must be None or a number > 0"),
+        (dict(lam=1.5), "lam must be in"),
+    ],
+)
+def test_bad_settings_name_the_field(change, message):
+    with pytest.raises(ValueError, match=message):
+        RLHFPPOConfig(**SMALL | change)
+
+
+def test_a_reward_model_without_a_pad_id_is_refused():
+    tokenizer = build_char_tokenizer()
+    actor, reward_model = four_models(tokenizer)
+    reward_model.config.pad_token_id = None
+    with pytest.raises(ValueError, match="pad_token_id"):
+        RLHFPPOTrainer(
+            RLHFPPOConfig(**SMALL), actor=actor, tokenizer=tokenizer, reward_model=reward_model
+        )
