@@ -353,7 +353,13 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         self.prepare(actor, longest, "num_digits", layout)
         self.model.eval()  # dropout off; see the class docstring
         # with LoRA, the reference is the actor with its adapters disabled: no second copy
-        self.reference = None if config.lora_rank is not None else reference
+        require(
+            reference is None or config.lora_rank is None,
+            "reference",
+            "None when lora_rank is set (the reference is the actor with its adapters disabled)",
+            type(reference).__name__,
+        )
+        self.reference = reference
         if config.lora_rank is None and self.reference is None:
             self.reference = copy.deepcopy(actor)
         if self.reference is not None:

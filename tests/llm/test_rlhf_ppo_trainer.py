@@ -195,3 +195,16 @@ def test_a_reward_model_without_a_pad_id_is_refused():
         RLHFPPOTrainer(
             RLHFPPOConfig(**SMALL), actor=actor, tokenizer=tokenizer, reward_model=reward_model
         )
+
+
+def test_a_separate_reference_with_lora_is_refused():
+    tokenizer = build_char_tokenizer()
+    actor, reward_model = four_models(tokenizer)
+    with pytest.raises(ValueError, match="reference must be None when lora_rank is set"):
+        RLHFPPOTrainer(
+            RLHFPPOConfig(**SMALL, lora_rank=4),
+            actor=actor,
+            tokenizer=tokenizer,
+            reference=copy.deepcopy(actor),
+            reward_model=reward_model,
+        )
