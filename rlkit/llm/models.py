@@ -185,7 +185,9 @@ class ValueHeadModel(nn.Module):
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
         ).last_hidden_state
-        return self.value_head(hidden.float()).squeeze(-1)
+        # float32 even under bf16 autocast, which would otherwise run the head's matmul in bf16
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.value_head(hidden.float()).squeeze(-1)
 
     def save_pretrained(self, folder: str | os.PathLike) -> None:
         self.backbone.save_pretrained(folder)

@@ -15,6 +15,7 @@ import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer, PreTrainedModel
@@ -48,6 +49,7 @@ from rlkit.losses import (
     masked_whiten,
 )
 from rlkit.training import (
+    TrainResult,
     is_count,
     is_finite_number,
     require,
@@ -188,9 +190,9 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
     temperature: float = 1.0  # for sampling and for every log-probability recomputed
     kl_coef: float = 0.05  # beta of the KL penalty in the reward (the start, with target_kl)
     kl_kind: str = "k1"  # the per-token KL estimate in the reward: "k1", "k2" or "k3"
-    target_kl: float | None = (
-        None  # Ziegler et al.'s adaptive kl_coef aims at this KL (None: fixed)
-    )
+    # Ziegler et al.'s adaptive kl_coef aims at this KL, the mean over responses of the summed k1
+    # estimate, whatever kl_kind the reward uses (None: fixed)
+    target_kl: float | None = None
     kl_horizon: int = 10_000  # the adaptive controller's horizon, in responses
     clip_eps: float = 0.2  # PPO's ratio clip
     value_clip_eps: float | None = 0.2  # the value clip around the old values (None: plain MSE)
@@ -199,7 +201,9 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
     lam: float = 0.95  # GAE's lambda over response tokens
     clip_reward: float = 5.0  # the score is clipped to [-clip_reward, clip_reward]
     whiten_advantages: bool = True  # normalise advantages over each iteration's valid tokens
-    missing_eos_penalty: float | None = None  # subtracted from the score of a response without EOS
+    # subtracted from the score of a response without EOS, before the clip (as TRL does; the
+    # clipped total stays in [-clip_reward, clip_reward])
+    missing_eos_penalty: float | None = None
     learning_rate: float = 2e-5  # the actor's AdamW step size
     warmup_steps: int = 0  # in iterations
 
@@ -255,9 +259,10 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
             value = getattr(self, name)
             require(is_finite_number(value) and 0 <= value <= 1, name, "in [0, 1]", value)
         require(
-            self.missing_eos_penalty is None or is_finite_number(self.missing_eos_penalty),
+            self.missing_eos_penalty is None
+            or (is_finite_number(self.missing_eos_penalty) and self.missing_eos_penalty >= 0),
             "missing_eos_penalty",
-            "None or a number",
+            "None or a number >= 0",
             self.missing_eos_penalty,
         )
 
@@ -410,14 +415,16 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     def _update(self) -> dict[str, float]:
         config, timer = self.config, PhaseTimer()
         prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
-        with timer("generate"):
+        # the rollout's forward passes run under the same autocast as the training steps, so that
+        # old and new log-probabilities (and values) are one computation and the first ratio is 1
+        with timer("generate"), self.autocast():
             batch = generate(
                 self.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
             )
         texts, mask = batch.texts(self.tokenizer), batch.response_mask
         with timer("score"):
             scores = self._scores(prompts, texts, batch)
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():
             with timer("reference"):
                 ref_logprobs = self._reference_logprobs(batch)
             with timer("values"):
@@ -444,7 +451,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             "iteration": self.updates_done + 1,
             "score": scores.mean().item(),
             "task_reward": sum(map(self.task.reward, prompts, texts)) / len(prompts),
-            "kl": sequence_kl,
+            "kl": sequence_kl,  # mean over responses of the summed k1 estimate
             "kl_coef": self.kl_coef,
             "response_length": valid.sum(dim=1).mean().item(),
             **stats,
@@ -478,7 +485,9 @@ class RLHFPPOTrainer(LanguageModelTrainer):
 
     def _ppo_epochs(self, batch, advantages, returns, old_values) -> dict[str, float]:
         """``ppo_epochs`` passes over the responses in shuffled minibatches: a clipped policy step
-        of the actor and a clipped value step of the critic on each."""
+        of the actor and a clipped value step of the critic on each. ``first_ratio_error`` is the
+        largest ``|ratio - 1|`` of the first minibatch (averaged over its micro-batches, if any):
+        0 up to rounding, since the rollout and the update compute the same log-probabilities."""
         config, sums, steps = self.config, {}, 0
         first_ratio_error = None
         for _ in range(config.ppo_epochs):
@@ -536,8 +545,8 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         return stats
 
     def _critic_step(self, minibatch: Minibatch) -> dict[str, float]:
-        """One AdamW step of the critic on the clipped value loss (eq-ppo-value-clip), at the
-        actor's schedule scaled to ``critic_learning_rate``."""
+        """One AdamW step of the critic on the clipped value loss (eq-ppo-value-clip), over the
+        minibatch's micro-batches, at the actor's schedule scaled to ``critic_learning_rate``."""
         config = self.config
         set_learning_rate(
             self.critic_optimizer,
@@ -545,21 +554,26 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             * warmup_cosine(self.updates_done, config.warmup_steps, self.num_updates),
         )
         self.critic_optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            values = response_values(
-                self.critic, minibatch.prompts, minibatch.response_ids, minibatch.mask
-            )
-            loss = clipped_value_loss(
-                values,
-                minibatch.old_values,
-                minibatch.returns,
-                config.value_clip_eps,
-                minibatch.mask,
-            )
-        loss.backward()
+        parts = split(list(range(len(minibatch.response_ids))), config.micro_batch_size)
+        pieces = [minibatch.select(torch.tensor(part)) for part in parts]
+        total, value_loss = float(minibatch.mask.sum()), 0.0
+        for piece in pieces:
+            with self.autocast():
+                values = response_values(self.critic, piece.prompts, piece.response_ids, piece.mask)
+                loss = clipped_value_loss(
+                    values, piece.old_values, piece.returns, config.value_clip_eps, piece.mask
+                )
+            share = 1.0 if len(pieces) == 1 else float(piece.mask.sum()) / total
+            (loss if share == 1.0 else loss * share).backward()
+            value_loss += share * loss.item()
         norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm)
         self.critic_optimizer.step()
-        return {"value_loss": loss.item(), "grad_norm_critic": norm.item()}
+        return {"value_loss": value_loss, "grad_norm_critic": norm.item()}
+
+    def result(self) -> RLHFPPOResult:
+        return RLHFPPOResult(
+            self.config, self.model, self.history, critic=self.critic, tokenizer=self.tokenizer
+        )
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -584,6 +598,17 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         self.shuffle.set_state(state["shuffle"])
         version, _, gauss = self.data.train_rng.getstate()
         self.data.train_rng.setstate((version, tuple(state["data_rng"]), gauss))
+
+
+@dataclass
+class RLHFPPOResult(TrainResult):
+    """The trained actor (``agent``, also ``model``), its critic and tokenizer, and the history."""
+
+    tokenizer: Any = None
+
+    @property
+    def model(self) -> PreTrainedModel:
+        return self.agent
 
 
 @dataclass

@@ -130,6 +130,10 @@ def test_with_lora_the_reference_is_the_base_model_and_only_adapters_learn():
     with base_model(trainer.model) as reference, torch.no_grad():
         disabled = response_logprobs(reference, *arguments)
     torch.testing.assert_close(disabled, response_logprobs(base, *arguments), atol=1e-6, rtol=0)
+    # and the adapters did change the policy (a zero update would make the check above trivial)
+    with torch.no_grad():
+        adapted = response_logprobs(trainer.model, *arguments)
+    assert (adapted - disabled).abs().max() > 1e-4
 
 
 def test_the_task_reward_needs_no_reward_model_and_the_critic_starts_from_the_policy():
@@ -208,3 +212,65 @@ def test_a_separate_reference_with_lora_is_refused():
             reference=copy.deepcopy(actor),
             reward_model=reward_model,
         )
+
+
+def test_the_critic_values_each_token_from_the_state_it_was_chosen_in():
+    """V(s_t) for response token t is the critic's output on the prompt and the response's first
+    t tokens alone: the column before the token (a causal model cannot see what comes after)."""
+    from rlkit.llm.generation import generate, sequence_layout
+    from rlkit.llm.models import ValueHeadModel
+    from rlkit.llm.rlhf_ppo import response_values
+
+    tokenizer = build_char_tokenizer()
+    actor, _ = four_models(tokenizer)
+    critic = ValueHeadModel.from_pretrained_model(actor).eval()
+    torch.nn.init.normal_(critic.value_head.weight, generator=torch.Generator().manual_seed(0))
+    batch = generate(actor.eval(), tokenizer, ["S1234:", "S12:"], 5)
+    with torch.no_grad():
+        values = response_values(critic, batch.prompts, batch.response_ids, batch.response_mask)
+        ids, attention, positions = sequence_layout(
+            batch.prompts, batch.response_ids, batch.response_mask
+        )
+        width = batch.prompts.input_ids.shape[1]
+        for t in range(batch.response_ids.shape[1]):
+            prefix = critic(
+                ids[:, : width + t], attention[:, : width + t], positions[:, : width + t]
+            )
+            want = prefix[:, -1] * batch.response_mask[:, t]
+            torch.testing.assert_close(values[:, t], want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_response_without_eos_loses_the_penalty_before_the_clip():
+    from rlkit.llm.generation import ResponseBatch
+
+    trainer = trainer_for(RLHFPPOConfig(**SMALL, reward="task", critic_from="policy"))
+    trainer.config.missing_eos_penalty = 0.5
+    eos, pad, digit = trainer.tokenizer.eos_token_id, trainer.tokenizer.pad_token_id, 7
+    response_ids = torch.tensor([[digit, eos, pad], [digit, digit, digit]])
+    batch = ResponseBatch(
+        None, response_ids, torch.tensor([[1, 1, 0], [1, 1, 1]]), torch.zeros(2, 3), 1.0
+    )
+    scores = trainer._scores(["S12:", "S12:"], ["9", "999"], batch)
+    assert scores.tolist() == [0.0, -0.5]  # both wrong (0); the second never ended
+    with pytest.raises(ValueError, match="missing_eos_penalty must be None or a number >= 0"):
+        RLHFPPOConfig(**SMALL, missing_eos_penalty=-1.0)
+
+
+def test_the_adaptive_kl_coefficient_moves_and_resumes_exactly(tmp_path):
+    config = RLHFPPOConfig(**SMALL | dict(num_iterations=3), seed=6, target_kl=0.01, kl_horizon=8)
+    whole = run(trainer_for(config), 3)
+    assert len({row["kl_coef"] for row in whole}) == 3  # it changed after every iteration
+    first = trainer_for(config)
+    run(first, 1)
+    torch.save(first.state_dict(), tmp_path / "state.pt")
+    resumed = trainer_for(config)
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert without_timings(run(resumed, 2)) == without_timings(whole)  # its history included
+
+
+def test_fit_returns_the_trained_actor_and_critic():
+    from rlkit.training import fit
+
+    result = fit(trainer_for(RLHFPPOConfig(**SMALL | dict(num_iterations=1))))
+    assert result.model is result.agent and result.critic is not None
+    assert len(result.history) == 1 and result.tokenizer is not None
