@@ -167,7 +167,9 @@ def test_deepspeed_chat_puts_the_score_one_past_a_padded_responses_last_token():
     """``ends = start + action_mask[:, start:].sum(1) + 1`` counts the response's n tokens from
     ``start``, so ``rewards[j, start:ends[j]][-1]`` is column start + n: the first padding column,
     one past the last token (start + n - 1). Only a response that fills the width gets the score on
-    its last token, because the slice is cut at the end of the tensor."""
+    its last token, because the slice is cut at the end of the tensor. (DeepSpeed-Chat builds its
+    mask as ``seq != pad_token_id``: where the pad id is the EOS id, EOS falls outside the mask and
+    that column is the EOS itself. Here, as in rlkit, the mask includes the EOS.)"""
     from tests.oracles import deepspeed_chat_compute_rewards
 
     logprobs, ref_logprobs, scores, mask = random_batch(5)
