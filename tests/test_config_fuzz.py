@@ -356,6 +356,18 @@ def is_extreme(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not abs(value) < 10
 
 
+def takes_an_extreme_first_step(fields: dict) -> bool:
+    """RMSprop's first step moves each weight by about ``lr / sqrt(1 - alpha)`` (its running
+    average starts at ``(1 - alpha) g^2``): with ``rmsprop_alpha`` next to 1, valid values of both
+    fields make a step of 10 or more, and training may diverge as with an extreme value."""
+    if fields.get("optimizer") != "rmsprop":
+        return False
+    try:
+        return is_extreme(fields["learning_rate"] / math.sqrt(1.0 - fields["rmsprop_alpha"]))
+    except (TypeError, ValueError, ZeroDivisionError, KeyError):
+        return False
+
+
 def expected_dqn_bursts(config: dqn.DQNConfig) -> int:
     """Training bursts DQN does: steps s in [learning_starts, total_steps) with (s + 1) %
     train_frequency == 0."""
@@ -388,10 +400,14 @@ def check(algorithm: str, fields: dict, replaced: dict, run: bool) -> None:
         )
         return
     except TrainingDiverged:
-        assert any(is_extreme(value) for value in replaced.values()), f"diverged with {replaced}"
+        assert any(is_extreme(value) for value in replaced.values()) or (
+            takes_an_extreme_first_step({**fields, **replaced})
+        ), f"diverged with {replaced}"
         return
     assert isinstance(result, TrainResult) and isinstance(result.history, list)
-    if not any(is_extreme(value) for value in replaced.values()):
+    if not any(is_extreme(value) for value in replaced.values()) and not (
+        takes_an_extreme_first_step({**fields, **replaced})
+    ):
         assert all(torch.isfinite(parameter).all() for parameter in result.agent.parameters()), (
             "non-finite weights"
         )
@@ -446,6 +462,22 @@ def test_a_config_is_refused_naming_a_field_or_accepted(algorithm):
         check(algorithm, *case, run=False)
 
     fuzz()
+
+
+def test_a_valid_rmsprop_config_with_alpha_next_to_1_may_diverge():
+    """Found by the fuzzing: every field valid, but a learning rate of 1 with rmsprop_alpha one
+    ulp below 1 makes a first step of about 6.7e7 (lr / sqrt(1 - alpha)); on some machines
+    training then stops with a non-finite gradient norm, a right answer for such a step."""
+    fields = dict(
+        env_id="CartPole-v1", seed=0, learning_rate=1.0, lr_schedule="constant", gamma=0.0,
+        lam=0.0, ent_coef=-0.0, vf_coef=1.0, max_grad_norm=None, optimizer_eps=1e-08,
+        hidden_sizes=[2], activation="relu", device="cpu", progress=False, total_steps=2,
+        num_envs=1, num_steps=1, optimizer="rmsprop", rmsprop_alpha=0.9999999999999998,
+        normalize_advantages=False, batched_env=False,
+    )  # fmt: skip
+    assert takes_an_extreme_first_step(fields)
+    assert not takes_an_extreme_first_step({**fields, "rmsprop_alpha": 0.99})
+    check("a2c", fields, {}, run=True)
 
 
 # --------------------------------------------------------------------------------------------------
