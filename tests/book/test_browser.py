@@ -4,8 +4,8 @@ page.
 For the index and every page in _toc.yml: the math rendered (no `$$` or `\\(` left in the text, and
 at least as many MathJax containers as formulas in the source), every image loaded, every internal
 link resolves (file and anchor), every image outside a notebook cell is a figure with a caption and
-alt text, no code block scrolls sideways at a 1,280-px window, and nothing was fetched from the
-network. Screenshots:
+alt text, no code block scrolls sideways at a 1,280-px window (folded blocks opened), and nothing was
+fetched from the network. Screenshots:
 _build/screenshots/.
 """
 
@@ -43,6 +43,9 @@ SCREENSHOTS = BUILD / "screenshots"
 
 READ_PAGE = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  // folded helper code and solutions are read as a reader who opens them sees them
+  document.querySelectorAll("main details").forEach(d => { d.open = true; });
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   const images = Array.from(document.images);
   images.forEach(img => { img.loading = "eager"; });
   await Promise.all(images.map(img => img.complete ? null : new Promise(r => { img.onload = img.onerror = r; })));
