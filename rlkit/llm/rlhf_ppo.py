@@ -53,8 +53,6 @@ from rlkit.training import (
     is_count,
     is_finite_number,
     require,
-    set_learning_rate,
-    warmup_cosine,
 )
 
 __all__ = [
@@ -142,7 +140,7 @@ class AdaptiveKLController:
         require(is_finite_number(kl_coef) and kl_coef > 0, "kl_coef", "a number > 0", kl_coef)
         require(is_finite_number(target) and target > 0, "target_kl", "a number > 0", target)
         require(
-            isinstance(horizon, int) and not isinstance(horizon, bool) and horizon >= 1,
+            is_count(horizon),
             "kl_horizon",
             "an integer >= 1",
             horizon,
@@ -216,9 +214,15 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
             f"one of {CRITIC_SOURCES}",
             self.critic_from,
         )
-        for name in ("num_digits", "num_iterations", "batch_size", "minibatch_size"):
-            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        for name in ("ppo_epochs", "max_new_tokens", "kl_horizon"):
+        for name in (
+            "num_digits",
+            "num_iterations",
+            "batch_size",
+            "minibatch_size",
+            "ppo_epochs",
+            "max_new_tokens",
+            "kl_horizon",
+        ):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         require(
             self.minibatch_size <= self.batch_size,
@@ -490,35 +494,38 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         0 up to rounding, since the rollout and the update compute the same log-probabilities."""
         config, sums, steps = self.config, {}, 0
         first_ratio_error = None
+        rollout = Minibatch(
+            batch.prompts,
+            batch.response_ids,
+            batch.response_mask,
+            batch.logprobs,
+            advantages,
+            returns,
+            old_values,
+        )
         for _ in range(config.ppo_epochs):
             order = torch.randperm(config.batch_size, generator=self.shuffle)
             for start in range(0, config.batch_size, config.minibatch_size):
-                index = order[start : start + config.minibatch_size].to(advantages.device)
-                minibatch = Minibatch(
-                    rows(batch.prompts, index),
-                    batch.response_ids[index],
-                    batch.response_mask[index],
-                    batch.logprobs[index],
-                    advantages[index],
-                    returns[index],
-                    old_values[index],
-                )
-                actor = self._actor_step(minibatch)
-                critic = self._critic_step(minibatch)
+                minibatch = rollout.select(order[start : start + config.minibatch_size])
+                pieces = [
+                    minibatch.select(torch.tensor(part))
+                    for part in split(range(len(minibatch.response_ids)), config.micro_batch_size)
+                ]
+                weights = [float(piece.mask.sum()) for piece in pieces]
+                actor = self._actor_step(pieces, weights)
+                critic = self._critic_step(pieces, weights)
+                ratio_error = actor.pop("ratio_error")
                 if first_ratio_error is None:
-                    first_ratio_error = actor.pop("ratio_error")
-                actor.pop("ratio_error", None)
+                    first_ratio_error = ratio_error
                 for name, value in {**actor, **critic}.items():
                     sums[name] = sums.get(name, 0.0) + value
                 steps += 1
         return {"first_ratio_error": first_ratio_error, **{k: v / steps for k, v in sums.items()}}
 
-    def _actor_step(self, minibatch: Minibatch) -> dict[str, float]:
-        """One AdamW step of the actor on the clipped surrogate (eq-ppo-clip), over the
-        minibatch's micro-batches."""
+    def _actor_step(self, pieces: list[Minibatch], weights: list[float]) -> dict[str, float]:
+        """One AdamW step of the actor on the clipped surrogate (eq-ppo-clip), over a minibatch's
+        micro-batches (``pieces``, weighted by their token counts)."""
         config = self.config
-        parts = split(list(range(len(minibatch.response_ids))), config.micro_batch_size)
-        pieces = [minibatch.select(torch.tensor(part)) for part in parts]
 
         def loss_of(piece: Minibatch):
             logprobs = response_logprobs(
@@ -538,37 +545,33 @@ class RLHFPPOTrainer(LanguageModelTrainer):
                     "ratio_error": (ratio[valid] - 1).abs().max(),
                 }
 
-        stats = self.optimizer_step(pieces, [float(p.mask.sum()) for p in pieces], loss_of)
+        stats = self.optimizer_step(pieces, weights, loss_of)
         stats["policy_loss"] = stats.pop("loss")
         stats["grad_norm_actor"] = stats.pop("grad_norm")
         stats.pop("learning_rate")
         return stats
 
-    def _critic_step(self, minibatch: Minibatch) -> dict[str, float]:
+    def _critic_step(self, pieces: list[Minibatch], weights: list[float]) -> dict[str, float]:
         """One AdamW step of the critic on the clipped value loss (eq-ppo-value-clip), over the
-        minibatch's micro-batches, at the actor's schedule scaled to ``critic_learning_rate``."""
+        same micro-batches, with its own optimizer at ``critic_learning_rate``'s schedule."""
         config = self.config
-        set_learning_rate(
-            self.critic_optimizer,
-            config.critic_learning_rate
-            * warmup_cosine(self.updates_done, config.warmup_steps, self.num_updates),
+
+        def loss_of(piece: Minibatch):
+            values = response_values(self.critic, piece.prompts, piece.response_ids, piece.mask)
+            loss = clipped_value_loss(
+                values, piece.old_values, piece.returns, config.value_clip_eps, piece.mask
+            )
+            return loss, {}
+
+        stats = self.optimizer_step(
+            pieces,
+            weights,
+            loss_of,
+            model=self.critic,
+            optimizer=self.critic_optimizer,
+            peak_learning_rate=config.critic_learning_rate,
         )
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        parts = split(list(range(len(minibatch.response_ids))), config.micro_batch_size)
-        pieces = [minibatch.select(torch.tensor(part)) for part in parts]
-        total, value_loss = float(minibatch.mask.sum()), 0.0
-        for piece in pieces:
-            with self.autocast():
-                values = response_values(self.critic, piece.prompts, piece.response_ids, piece.mask)
-                loss = clipped_value_loss(
-                    values, piece.old_values, piece.returns, config.value_clip_eps, piece.mask
-                )
-            share = 1.0 if len(pieces) == 1 else float(piece.mask.sum()) / total
-            (loss if share == 1.0 else loss * share).backward()
-            value_loss += share * loss.item()
-        norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), config.max_grad_norm)
-        self.critic_optimizer.step()
-        return {"value_loss": value_loss, "grad_norm_critic": norm.item()}
+        return {"value_loss": stats["loss"], "grad_norm_critic": stats["grad_norm"]}
 
     def result(self) -> RLHFPPOResult:
         return RLHFPPOResult(
@@ -624,6 +627,7 @@ class Minibatch:
     old_values: torch.Tensor
 
     def select(self, index: torch.Tensor) -> Minibatch:
+        """The rows ``index``."""
         index = index.to(self.response_ids.device)
         return Minibatch(
             rows(self.prompts, index),

@@ -203,18 +203,30 @@ class LanguageModelTrainer(Trainer):
         )
 
     def optimizer_step(
-        self, micro_batches: list, weights: list[float], loss_of: MicroBatchLoss
+        self,
+        micro_batches: list,
+        weights: list[float],
+        loss_of: MicroBatchLoss,
+        model: torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        peak_learning_rate: float | None = None,
     ) -> dict[str, float]:
         """One optimizer step on a batch: its mean loss (the micro-batches' losses weighted by
         ``weights``, e.g. their token counts) backpropagated one micro-batch at a time, the global
         norm clipped, one AdamW step at the scheduled learning rate. The loss, the gradient norm,
-        the learning rate, and ``loss_of``'s other metrics (weighted the same way)."""
+        the learning rate, and ``loss_of``'s other metrics (weighted the same way).
+
+        The trainer's model and optimizer at ``learning_rate``, unless given: a second trained
+        network (RLHF's critic) steps the same way with its own optimizer and peak step size."""
         config = self.config
-        learning_rate = config.learning_rate * warmup_cosine(
+        model = self.model if model is None else model
+        optimizer = self.optimizer if optimizer is None else optimizer
+        peak = config.learning_rate if peak_learning_rate is None else peak_learning_rate
+        learning_rate = peak * warmup_cosine(
             self.updates_done, config.warmup_steps, self.num_updates
         )
-        set_learning_rate(self.optimizer, learning_rate)
-        self.optimizer.zero_grad(set_to_none=True)
+        set_learning_rate(optimizer, learning_rate)
+        optimizer.zero_grad(set_to_none=True)
         total = sum(weights)
         sums: dict[str, float] = {}
         for micro_batch, weight in zip(micro_batches, weights):
@@ -227,9 +239,9 @@ class LanguageModelTrainer(Trainer):
                 number = value.item() if torch.is_tensor(value) else float(value)
                 sums[name] = sums.get(name, 0.0) + share * number
         grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.requires_grad], config.max_grad_norm
+            [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
         )
-        self.optimizer.step()
+        optimizer.step()
         return {**sums, "grad_norm": grad_norm.item(), "learning_rate": learning_rate}
 
     def autocast(self) -> contextlib.AbstractContextManager:
