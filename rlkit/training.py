@@ -34,6 +34,18 @@ class TrainResult:
         return np.array([row.get(name, np.nan) for row in self.history], dtype=float)
 
 
+def random_state(rng: random.Random) -> list[int]:
+    """A ``random.Random``'s state as plain integers, which a checkpoint loads with
+    ``torch.load(..., weights_only=True)``."""
+    return list(rng.getstate()[1])
+
+
+def set_random_state(rng: random.Random, state: list[int]) -> None:
+    """Put back a state that ``random_state`` took."""
+    version, _, gauss = rng.getstate()
+    rng.setstate((version, tuple(state), gauss))
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch, so that the same seed gives the same numbers on CPU."""
     random.seed(seed)

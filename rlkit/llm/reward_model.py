@@ -33,7 +33,16 @@ from rlkit.llm.trainer import (
     require_tiny_model_fields,
     split,
 )
-from rlkit.training import TrainResult, eval_mode, fit, is_count, is_finite_number, require
+from rlkit.training import (
+    TrainResult,
+    eval_mode,
+    fit,
+    is_count,
+    is_finite_number,
+    random_state,
+    require,
+    set_random_state,
+)
 
 
 def bradley_terry_loss(
@@ -323,14 +332,13 @@ class RewardModelTrainer(LanguageModelTrainer):
         return {
             **super()._state(),
             "order": list(self.order),
-            "order_rng": list(self.order_rng.getstate()[1]),
+            "order_rng": random_state(self.order_rng),
         }
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)
         self.order = list(state["order"])
-        version, _, gauss = self.order_rng.getstate()
-        self.order_rng.setstate((version, tuple(state["order_rng"]), gauss))
+        set_random_state(self.order_rng, state["order_rng"])
 
     def result(self) -> RewardModelResult:
         return RewardModelResult(

@@ -52,7 +52,9 @@ from rlkit.training import (
     TrainResult,
     is_count,
     is_finite_number,
+    random_state,
     require,
+    set_random_state,
 )
 
 __all__ = [
@@ -581,14 +583,13 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     # ---- state -------------------------------------------------------------------------------
 
     def _state(self) -> dict:
-        version, internal, gauss = self.data.train_rng.getstate()
         return {
             **super()._state(),
             "critic": self.critic.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "kl_coef": self.kl_coef,
             "shuffle": self.shuffle.get_state(),
-            "data_rng": list(internal),
+            "data_rng": random_state(self.data.train_rng),
         }
 
     def _load_state(self, state: dict) -> None:
@@ -599,8 +600,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         if self.kl_controller is not None:
             self.kl_controller.value = self.kl_coef
         self.shuffle.set_state(state["shuffle"])
-        version, _, gauss = self.data.train_rng.getstate()
-        self.data.train_rng.setstate((version, tuple(state["data_rng"]), gauss))
+        set_random_state(self.data.train_rng, state["data_rng"])
 
 
 @dataclass

@@ -38,7 +38,9 @@ from rlkit.training import (
     fit,
     is_count,
     is_finite_number,
+    random_state,
     require,
+    set_random_state,
 )
 
 IGNORE_INDEX = -100  # the label PyTorch's and Hugging Face's cross-entropy skip
@@ -231,14 +233,13 @@ class SFTTrainer(LanguageModelTrainer):
     def _state(self) -> dict:
         return {
             **super()._state(),
-            "data_rng": list(self.data.train_rng.getstate()[1]),
+            "data_rng": random_state(self.data.train_rng),
             "stopped_early": self.stopped_early,
         }
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)
-        version, _, gauss = self.data.train_rng.getstate()
-        self.data.train_rng.setstate((version, tuple(state["data_rng"]), gauss))
+        set_random_state(self.data.train_rng, state["data_rng"])
         self.stopped_early = state["stopped_early"]
 
     def result(self) -> SFTResult:
