@@ -276,6 +276,28 @@ class Assignment:
         assert variant.fails <= lost <= variant.fails | may_also_fail, f"{name} ({variant.why})"
         assert all(graded[name][cell] == 0.0 for cell in lost)
 
+    def check_cheat_is_blocked(
+        self,
+        course: Path,
+        graded: dict[str, dict[str, float]],
+        points: dict[str, float],
+        name: str,
+        variant: Variant,
+        solution_cells: set[str],
+    ) -> None:
+        """A submission that calls rlkit loses exactly the cells it cheats on, and because the guard
+        stopped rlkit (which the kernel can import), not for another reason: a test cell shows the
+        guard's error, or a NameError because its solution cell did (an import of rlkit that runs
+        after the first test cell)."""
+        assert failed(graded[name], points) == variant.fails, f"{name} ({variant.why})"
+        errors = self.errors(course, name)
+        solution_blocked = any(blocked(errors.get(cell, "")) for cell in solution_cells)
+        for cell in variant.fails:
+            message = errors.get(cell, "")
+            assert blocked(message) or (message.startswith("NameError") and solution_blocked), (
+                f"{name}: {cell} failed with {message!r}"
+            )
+
     def check_caught_only_by_hidden_cases(self, course: Path, name: str, fails: frozenset) -> None:
         """The mistake passes every visible check: each cell it loses fails on a hidden case."""
         errors = self.errors(course, name)

@@ -60,20 +60,9 @@ def test_wrong_solution_loses_exactly_the_cells_it_breaks(graded, name):
 
 @pytest.mark.parametrize("name", sorted(v.CHEATS))
 def test_calling_rlkit_earns_nothing_on_the_cells_it_cheats_on(course, graded, name):
-    variant = v.CHEATS[name]
-    assert grading.failed(graded[name], POINTS) == variant.fails, f"{name} ({variant.why})"
-    # They fail because the guard stopped rlkit (which the kernel can import), not for another
-    # reason: a test cell shows the guard's error, or a NameError because its solution cell did (an
-    # import of rlkit that runs after the first test cell).
-    errs = ASSIGNMENT.errors(course, name)
-    solution_blocked = any(
-        grading.blocked(errs.get(cell, "")) for cell in (v.RETURNS_CELL, v.GAE_CELL)
+    ASSIGNMENT.check_cheat_is_blocked(
+        course, graded, POINTS, name, v.CHEATS[name], {v.RETURNS_CELL, v.GAE_CELL}
     )
-    for cell in variant.fails:
-        message = errs.get(cell, "")
-        assert grading.blocked(message) or (message.startswith("NameError") and solution_blocked), (
-            f"{name}: {cell} failed with {message!r}"
-        )
 
 
 def test_hidden_cases_change_with_the_grading_seed(course, graded):
