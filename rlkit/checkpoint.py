@@ -14,8 +14,10 @@ whole.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +54,44 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Non
                 "the previous version of the file is intact"
             ) from error
         raise
+
+
+def folder_built_once(
+    folder: str | Path, settings: dict, marker: str, build: Callable[[Path], None]
+) -> Path:
+    """``folder``, built by ``build(partial_folder)`` from ``settings`` unless a folder built from
+    the same settings is already there (its ``marker`` file records them).
+
+    Processes that ask for the same folder at once build it once: the first builds under a lock into
+    a folder of its own and renames it into place, the others wait and reuse it; readers see the old
+    folder, no folder, or the whole new one. A folder built with other settings is replaced; any
+    other non-empty folder is refused, never deleted.
+    """
+    from filelock import FileLock
+
+    from rlkit.training import require
+
+    folder = Path(folder)
+    wanted = json.loads(json.dumps(settings, default=str))
+    saved = folder / marker
+    with FileLock(f"{folder.resolve()}.lock"):
+        if saved.exists() and json.loads(saved.read_text()) == wanted:
+            return folder
+        require(
+            not folder.exists() or saved.exists() or not any(folder.iterdir()),
+            "folder",
+            f"a new or empty folder, or one built before (with its {marker})",
+            str(folder),
+        )
+        resolved = folder.resolve()
+        partial = resolved.with_name(f"{resolved.name}.{os.getpid()}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        build(partial)
+        (partial / marker).write_text(json.dumps(wanted, indent=2))
+        shutil.rmtree(resolved, ignore_errors=True)
+        os.replace(partial, resolved)
+    return folder
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:

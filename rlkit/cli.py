@@ -7,6 +7,14 @@
     rlkit render runs/ppo-s0 --gif ppo.gif
     rlkit plot runs/ppo-s0 runs/ppo-s1 runs/a2c --out curves.png
 
+Language-model runs (Part III) take a model instead of an environment, and ``rlkit eval`` reports
+their held-out exact match, oracle score and KL to the reference:
+
+    rlkit train sft --seed 0 --out runs/sft [--model NAME_OR_PATH]
+    rlkit train reward-model --model runs/sft --out runs/rm
+    rlkit train rlhf-ppo --model runs/sft --reward-model runs/rm --out runs/ppo
+    rlkit eval runs/ppo
+
 ``rlkit train ALGO --help`` lists every hyperparameter with its default and meaning, read from the
 config dataclass (its field comments) and ``rlkit.presets``: the code is the one source of truth.
 """
@@ -24,7 +32,14 @@ from pathlib import Path
 
 from rlkit.checkpoint import CheckpointError
 from rlkit.presets import PRESETS
-from rlkit.runs import ALGORITHMS, RunError, algorithm_named, load_config, train_run
+from rlkit.runs import (
+    ALGORITHMS,
+    RunError,
+    algorithm_named,
+    load_config,
+    model_path,
+    train_run,
+)
 from rlkit.training import TrainingDiverged
 
 # Meanings of the fields whose dataclass line carries no comment (the same in every algorithm).
@@ -53,15 +68,19 @@ IMPLIED = ("env_id", "seed", "total_steps", "progress")  # set by their own opti
 
 
 def field_meanings(config_class: type) -> dict[str, str]:
-    """Each field's meaning: the comment on its line or the comment lines right above it, else
-    ``COMMON_MEANINGS``."""
-    comments, above = {}, []
-    for line in inspect.getsource(config_class).splitlines():
-        field = re.match(r"\s+(\w+): [^#]*?(?:#\s*(.+))?$", line)
-        if field:
-            comments[field.group(1)] = (field.group(2) or " ".join(above)).strip()
-        comment_line = re.match(r"\s+#\s*(.+)$", line)
-        above = [*above, comment_line.group(1).strip()] if comment_line else []
+    """Each field's meaning: the comment on its line or the comment lines right above it (in the
+    class or the dataclass it extends), else ``COMMON_MEANINGS``."""
+    comments = {}
+    for cls in reversed(config_class.__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        above = []
+        for line in inspect.getsource(cls).splitlines():
+            field = re.match(r"\s+(\w+): [^#]*?(?:#\s*(.+))?$", line)
+            if field and (field.group(2) or above or field.group(1) not in comments):
+                comments[field.group(1)] = (field.group(2) or " ".join(above)).strip()
+            comment_line = re.match(r"\s+#\s*(.+)$", line)
+            above = [*above, comment_line.group(1).strip()] if comment_line else []
     return {
         f.name: comments.get(f.name) or COMMON_MEANINGS.get(f.name, "")
         for f in dataclasses.fields(config_class)
@@ -122,6 +141,15 @@ def parse_settings(pairs: list[str], config_class: type) -> dict:
     return settings
 
 
+class AlgorithmParser(argparse.ArgumentParser):
+    """``rlkit train ALGO``'s parser: its epilog, the hyperparameter table, is read from the config
+    only when help is shown, so that parsing imports no algorithm."""
+
+    def format_help(self) -> str:
+        self.epilog = hyperparameter_help(self.prog.split()[-1])
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlkit", description="Train, resume, evaluate, render and plot RL runs."
@@ -143,25 +171,41 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --resume: write a checkpoint every N updates (default: the run's own)",
     )
-    algorithms = train.add_subparsers(dest="algorithm", metavar="ALGO", required=False)
-    for name in ALGORITHMS:
+    algorithms = train.add_subparsers(
+        dest="algorithm", metavar="ALGO", required=False, parser_class=AlgorithmParser
+    )
+    for name, spec in ALGORITHMS.items():
         sub = algorithms.add_parser(
             name,
             help=f"train {name}",
-            epilog=hyperparameter_help(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument(
-            "--env", dest="env_id", help="Gymnasium environment id (default: CartPole-v1)"
-        )
+        if spec.language_model:
+            sub.add_argument(
+                "--model",
+                metavar="NAME_OR_PATH",
+                help="start from this model: a run folder (its model/), a saved model's folder or "
+                "a hub name (default: "
+                + ("a tiny model built from the config)" if name != "rlhf-ppo" else "required)"),
+            )
+            if spec.reward_model_field is not None:
+                sub.add_argument(
+                    "--reward-model",
+                    metavar="PATH",
+                    help="the reward model: a reward-model run folder or a saved model's folder",
+                )
+        else:
+            sub.add_argument(
+                "--env", dest="env_id", help="Gymnasium environment id (default: CartPole-v1)"
+            )
+            sub.add_argument(
+                "--total-steps",
+                type=int,
+                help="environment steps (default: the preset's or the algorithm's)",
+            )
         sub.add_argument("--seed", type=int, help="random seed (default: 0)")
         sub.add_argument(
-            "--total-steps",
-            type=int,
-            help="environment steps (default: the preset's or the algorithm's)",
-        )
-        sub.add_argument(
-            "--out", metavar="RUN", help="the run folder to create, e.g. runs/ppo-cartpole-s0"
+            "--out", metavar="RUN", help=f"the run folder to create, e.g. runs/{name}-s0"
         )
         sub.add_argument(
             "--set",
@@ -187,16 +231,27 @@ def build_parser() -> argparse.ArgumentParser:
             help="continue this run (the options must match it)",
         )
 
-    evaluate = commands.add_parser("eval", help="evaluate a run's greedy policy")
+    evaluate = commands.add_parser(
+        "eval",
+        help="evaluate a run: a deep-RL run's greedy returns, a language-model run's held-out "
+        "scores",
+    )
     evaluate.add_argument("run", metavar="RUN")
     evaluate.add_argument(
         "--episodes", type=int, default=100, help="episodes to play (default: %(default)s)"
     )
     evaluate.add_argument(
+        "--prompts",
+        type=int,
+        default=500,
+        help="a language-model run: held-out prompts to answer (default: %(default)s)",
+    )
+    evaluate.add_argument(
         "--seed",
         type=int,
         default=10_000,
-        help="environment seed, unlike training's (default: %(default)s)",
+        help="environment seed, unlike training's (default: %(default)s); for a language-model "
+        "run, the seed of the sampled answers",
     )
     evaluate.add_argument(
         "--device",
@@ -255,13 +310,18 @@ def command_train(args) -> None:
         spec, config = load_config(resume)
         if args.algorithm is not None:
             _require_same(spec.name, config, args, resume)
-        config, out = dataclasses.replace(config, progress=True), resume
+        out = resume
     else:
         if args.out is None:
             raise ValueError("--out RUN is required: the folder that will hold the run")
         spec = algorithm_named(args.algorithm)
         config, out = _config_from(args, spec), args.out
-    result = train_run(spec.name, config, out, checkpoint_every, resume=resume is not None)
+    result = train_run(
+        spec.name, config, out, checkpoint_every, resume=resume is not None, progress=True
+    )
+    if spec.language_model:
+        print(f"trained {spec.name} (seed {config.seed}) into {out}: {len(result.history)} updates")
+        return
     returns = [row["episode_return"] for row in result.history[-10:] if "episode_return" in row]
     print(
         f"trained {spec.name} on {config.env_id} (seed {config.seed}) into {out}: "
@@ -277,18 +337,27 @@ def command_train(args) -> None:
 def _given_fields(args, spec) -> dict:
     """The config fields the command line gives explicitly."""
     fields = parse_settings(args.settings, spec.config)
-    for name, value in (
-        ("env_id", args.env_id),
-        ("seed", args.seed),
-        ("total_steps", args.total_steps),
-    ):
+    options = [("seed", args.seed)]
+    if spec.language_model:
+        options += [(spec.model_field, args.model)]
+        if spec.reward_model_field is not None:
+            options += [(spec.reward_model_field, args.reward_model)]
+    else:
+        options += [("env_id", args.env_id), ("total_steps", args.total_steps)]
+    for name, value in options:
         if value is not None:
-            fields[name] = value
+            fields[name] = model_path(value) if name.endswith(MODEL_FIELDS) else value
     return fields
 
 
+MODEL_FIELDS = ("_path", "_folder")  # config fields that name a model: --model takes a run folder
+
+
 def _config_from(args, spec):
-    """The config the command line asks for: the environment's tested preset, then the options."""
+    """The config the command line asks for: the environment's tested preset, then the options (a
+    language-model algorithm: its defaults, then the options)."""
+    if spec.language_model:
+        return spec.config(**_given_fields(args, spec))
     given = {"env_id": "CartPole-v1", **_given_fields(args, spec), "progress": True}
     return spec.config.for_env(given.pop("env_id"), **given)
 
@@ -314,9 +383,16 @@ def _require_same(algorithm: str, saved, args, run: str) -> None:
 
 
 def command_eval(args) -> None:
-    from rlkit.runs import evaluate_run
+    from rlkit.runs import evaluate_language_model_run, evaluate_run, load_config
     from rlkit.statistics import iqm, stratified_bootstrap_ci
 
+    spec, _ = load_config(args.run)
+    if spec.language_model:
+        scores = evaluate_language_model_run(args.run, args.prompts, args.seed, args.device)
+        print(f"{args.run} ({spec.name}), held-out:")
+        for name, value in scores.items():
+            print(f"  {name} = {value:.4f}")
+        return
     returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
     point, low, high = stratified_bootstrap_ci(returns, "mean", seed=0)
     print(
@@ -332,6 +408,9 @@ def command_render(args) -> None:
     from rlkit.rendering import record_gif
     from rlkit.runs import load_run
 
+    spec, _ = load_config(args.run)
+    if spec.language_model:
+        raise ValueError(f"{args.run} is a {spec.name} run: it has no environment to render")
     spec, result = load_run(args.run, args.device)
     env = gym.make(result.config.env_id)
     act = spec.greedy_policy(result, env.action_space)

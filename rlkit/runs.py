@@ -1,19 +1,29 @@
 """Training runs on disk: a folder per run with its config, its metrics and its latest checkpoint.
 
-``runs/NAME/config.json`` the algorithm and every field of its config (what ``--resume`` rebuilds)
-``runs/NAME/metrics.csv`` one row per update (the ``history``), rewritten atomically with each
-checkpoint ``runs/NAME/checkpoint.pt`` the latest checkpoint (``rlkit.checkpoint``): resuming from
-it is exact on CPU ``runs/NAME/events.*`` TensorBoard's, when ``tensorboard`` is installed
+- ``runs/NAME/config.json``: the algorithm and every field of its config (what ``--resume``
+  rebuilds);
+- ``runs/NAME/metrics.csv``: one row per update (the ``history``), rewritten atomically with each
+  checkpoint;
+- ``runs/NAME/checkpoint.pt``: the latest checkpoint (``rlkit.checkpoint``); resuming from it is
+  exact on CPU;
+- ``runs/NAME/model/``: a language-model run's model and tokenizer at the end (``save_pretrained``),
+  what ``--model runs/NAME`` starts another run from;
+- ``runs/NAME/events.*``: TensorBoard's, when ``tensorboard`` is installed.
 
-This is what the ``rlkit`` command line drives; notebooks can call it too.
+This is what the ``rlkit`` command line drives; notebooks can call it too. Algorithms are
+imported when first used: the deep-RL commands never load transformers.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
+import importlib
 import io
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +32,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlkit import a2c, a3c, dqn, ppo, reinforce
 from rlkit.checkpoint import (
     CheckpointError,
     global_rng_state,
@@ -35,16 +44,38 @@ from rlkit.rollouts import make_vector_env
 from rlkit.training import Trainer, TrainResult, fit, require_finite_weights
 
 CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE = "config.json", "metrics.csv", "checkpoint.pt"
+MODEL_FOLDER = "model"
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """What the command line needs to know about one algorithm."""
+    """What the command line needs to know about one algorithm. Its module is imported when first
+    used, so that CartPole commands never load transformers."""
 
     name: str
-    config: type
-    trainer: type[Trainer] | None  # None: cannot be checkpointed mid-run (A3C)
-    module: Any  # has train, evaluate
+    module_name: str
+    config_name: str
+    trainer_name: str | None  # None: cannot be checkpointed mid-run (A3C)
+    # language-model runs: the config fields that --model and --reward-model set (None: an
+    # environment algorithm, whose runs are measured by their returns)
+    model_field: str | None = None
+    reward_model_field: str | None = None
+
+    @property
+    def module(self) -> Any:
+        return importlib.import_module(self.module_name)
+
+    @property
+    def config(self) -> type:
+        return getattr(self.module, self.config_name)
+
+    @property
+    def trainer(self) -> type[Trainer] | None:
+        return None if self.trainer_name is None else getattr(self.module, self.trainer_name)
+
+    @property
+    def language_model(self) -> bool:
+        return self.model_field is not None
 
     def greedy_policy(
         self, result: TrainResult, action_space
@@ -53,18 +84,34 @@ class Algorithm:
         if self.name == "dqn":
             return lambda obs: result.agent(obs).argmax(dim=-1)
         if self.name == "ppo":
-            return ppo.greedy_actions(result.agent, action_space)
+            return self.module.greedy_actions(result.agent, action_space)
         return result.agent.greedy
 
 
 ALGORITHMS = {
     algorithm.name: algorithm
     for algorithm in (
-        Algorithm("dqn", dqn.DQNConfig, dqn.DQNTrainer, dqn),
-        Algorithm("reinforce", reinforce.ReinforceConfig, reinforce.ReinforceTrainer, reinforce),
-        Algorithm("a2c", a2c.A2CConfig, a2c.A2CTrainer, a2c),
-        Algorithm("a3c", a3c.A3CConfig, None, a3c),
-        Algorithm("ppo", ppo.PPOConfig, ppo.PPOTrainer, ppo),
+        Algorithm("dqn", "rlkit.dqn", "DQNConfig", "DQNTrainer"),
+        Algorithm("reinforce", "rlkit.reinforce", "ReinforceConfig", "ReinforceTrainer"),
+        Algorithm("a2c", "rlkit.a2c", "A2CConfig", "A2CTrainer"),
+        Algorithm("a3c", "rlkit.a3c", "A3CConfig", None),
+        Algorithm("ppo", "rlkit.ppo", "PPOConfig", "PPOTrainer"),
+        Algorithm("sft", "rlkit.llm.sft", "SFTConfig", "SFTTrainer", "model_name_or_path"),
+        Algorithm(
+            "reward-model",
+            "rlkit.llm.reward_model",
+            "RewardModelConfig",
+            "RewardModelTrainer",
+            "sft_model_path",
+        ),
+        Algorithm(
+            "rlhf-ppo",
+            "rlkit.llm.rlhf_ppo",
+            "RLHFPPOConfig",
+            "RLHFPPOTrainer",
+            "sft_folder",
+            "reward_model_folder",
+        ),
     )
 }
 
@@ -196,10 +243,14 @@ def train_run(
     out: str | Path,
     checkpoint_every: int | None = None,
     resume: bool = False,
+    progress: bool | None = None,
 ) -> TrainResult:
     """Train ``config`` into the run folder ``out`` (or continue the run there with ``resume``),
     writing a checkpoint and the metrics every ``checkpoint_every`` updates (default 10; on resume,
-    the run's own) and at the end. A checkpoint is written only from finite weights."""
+    the run's own) and at the end. A checkpoint is written only from finite weights. A
+    language-model run also saves its model in ``out/model`` at the end (``save_pretrained``), the
+    folder that ``--model RUN`` starts a later run from. ``progress``: show a progress bar (None:
+    the config's ``progress`` field, where it has one)."""
     if checkpoint_every is None:
         checkpoint_every = read_saved_config(out).get("checkpoint_every", 10) if resume else 10
     if not (
@@ -230,7 +281,7 @@ def train_run(
             trainer.load_state_dict(load_checkpoint(out / CHECKPOINT_FILE))
             # a crash may have come between the checkpoint and the metrics
             write_metrics(out, trainer.history)
-        logger = _tensorboard(out, trainer.history[-1]["step"] + 1 if trainer.history else None)
+        logger = _tensorboard(out, _x(trainer.history[-1]) + 1 if trainer.history else None)
     except BaseException:
         trainer.close()
         raise
@@ -241,26 +292,69 @@ def train_run(
         if logger is not None:
             for row in trainer.history[logged:]:  # DQN's last call may add no row
                 for name, value in row.items():
-                    if name != "step":
-                        # x-axis: environment steps, as in rlkit plot
-                        logger.add_scalar(name, value, row["step"])
+                    if name not in X_COLUMNS:
+                        logger.add_scalar(name, value, _x(row))
         logged = len(trainer.history)
         if trainer.updates_done % checkpoint_every == 0 or trainer.finished:
             for module in trainer.modules():
                 require_finite_weights(
                     module,
-                    f"after update {trainer.updates_done} ({spec.name}, {config.env_id}, "
+                    f"after update {trainer.updates_done} ({spec.name}, {trainer.subject}, "
                     f"seed {config.seed}); the last checkpoint holds update "
                     f"{_saved_updates(out)}",
                 )
             save_checkpoint(trainer.state_dict(), out / CHECKPOINT_FILE)
             write_metrics(out, trainer.history)
 
+    if progress is None:
+        progress = getattr(config, "progress", False)
     try:
-        return fit(trainer, config.progress, after_update)
+        result = fit(trainer, progress, after_update)
     finally:
         if logger is not None:
             logger.close()
+    if spec.language_model:
+        save_model(result, out / MODEL_FOLDER)
+    return result
+
+
+# the x-axis of a run's metrics: environment steps (deep RL), optimizer steps (SFT, reward models)
+# or iterations (RLHF)
+X_COLUMNS = ("step", "iteration")
+
+
+def _x(row: dict) -> int:
+    return next(row[name] for name in X_COLUMNS if name in row)
+
+
+def save_model(result: TrainResult, folder: Path) -> Path:
+    """A language-model run's model and tokenizer, with ``save_pretrained``, written into a folder
+    of its own and renamed into place (LoRA adapters merged into a copy first, so that the folder
+    loads as a plain model)."""
+    model = result.model
+    if hasattr(model, "merge_and_unload"):
+        model = copy.deepcopy(model).merge_and_unload()
+    partial = folder.with_name(f"{folder.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    result.tokenizer.save_pretrained(partial)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(partial, folder)
+    return folder
+
+
+def model_path(name_or_path: str) -> str:
+    """What ``--model`` names: a run folder's saved model (``RUN/model``), else the folder or hub
+    name itself."""
+    saved = Path(name_or_path) / MODEL_FOLDER
+    if (Path(name_or_path) / CONFIG_FILE).is_file():
+        if not (saved / "config.json").is_file():
+            raise RunError(
+                f"{name_or_path} is a run without a saved model yet (no {MODEL_FOLDER}/): "
+                "a language-model run saves it when it finishes"
+            )
+        return str(saved)
+    return name_or_path
 
 
 def _saved_updates(out: Path):
@@ -306,7 +400,7 @@ def load_run(out: str | Path, device: str | None = None) -> tuple[Algorithm, Tra
     try:
         if spec.trainer is None:
             envs = make_vector_env(config.env_id, 1)
-            agent = a2c.make_agent(config, envs)
+            agent = spec.module.make_agent(config, envs)
             envs.close()
             agent.load_state_dict(state["agent"])
             return spec, TrainResult(config, agent, list(state["history"]))
@@ -337,6 +431,31 @@ def evaluate_run(
     return greedy_returns(
         result.config.env_id, lambda obs: act(obs.to(device)).cpu(), episodes, seed
     )
+
+
+def evaluate_language_model_run(
+    out: str | Path, num_prompts: int = 500, seed: int = 0, device: str | None = None
+) -> dict[str, float]:
+    """A language-model run's held-out scores at its latest checkpoint: its trainer's
+    ``evaluate`` (exact match, the oracle's score and, for RLHF, the proxy score and the KL to the
+    reference; a reward model's pairwise accuracy). The caller's random generators are left as
+    they were."""
+    spec, config = load_config(out, device)
+    if not spec.language_model:
+        raise RunError(f"{out} is a {spec.name} run, not a language-model run")
+    path = Path(out) / CHECKPOINT_FILE
+    if not path.is_file():
+        raise RunError(f"{out}: no {CHECKPOINT_FILE} yet")
+    generators = global_rng_state()
+    try:
+        trainer = spec.trainer(config)
+        try:
+            trainer.load_state_dict(load_checkpoint(path))
+            return trainer.evaluate(num_prompts, seed)
+        finally:
+            trainer.close()
+    finally:
+        set_global_rng_state(generators)
 
 
 # Learning curves over seeds -----------------------------------------------------------------------
@@ -421,6 +540,7 @@ __all__ = [
     "Algorithm",
     "CheckpointError",
     "RunError",
+    "evaluate_language_model_run",
     "evaluate_run",
     "load_run",
     "plot_runs",

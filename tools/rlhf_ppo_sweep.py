@@ -1,101 +1,93 @@
 """Reward over-optimisation, measured the way Gao et al. (2023) did: PPO against Chapter 9's learned
-reward (the proxy) at several KL coefficients, and for each run the proxy score, the labeller's
-noiseless rule (the gold score) and the task's exact match (the truth) on held-out prompts, before
-and after, with the KL to the reference.
+reward (the proxy) at several KL coefficients, and PPO on the task's verifiable reward beside it.
+Every ``--eval-every`` iterations each run is scored on held-out prompts
+(``RLHFPPOTrainer.evaluate``): the proxy score, the labeller's noiseless rule (the gold score) and
+the task's exact match (the truth), greedy and sampled, with the KL to the reference. Chapter 10's
+figure reads the results file.
 
-    python tools/rlhf_ppo_sweep.py --seeds 0 1 2 --kl-coefs 0.05 0.3 1.0 --iterations 100 \
-        --out _build/rlhf_ppo_sweep.json
+    python tools/rlhf_ppo_sweep.py --seeds 0 1 2 --kl-coefs 0.01 0.03 0.1 0.3 1.0 \
+        --out book/data/rlhf_ppo_sweep.json
 
 Each seed's SFT starting point (``sft_starting_point``) and reward model are built once under
-``--cache`` and reused. A first version for Chapter 10 (issue 19): its settings are not tuned yet.
+``--cache`` and reused; the runs go ``--jobs`` at a time, one thread each.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
+from multiprocessing import get_context
 from pathlib import Path
 
 import torch
 
-from rlkit.llm.generation import generate
-from rlkit.llm.reward_model import RewardModelConfig, score, train_reward_model
+from rlkit.llm.reward_model import reward_model_starting_point
 from rlkit.llm.rlhf_ppo import RLHFPPOConfig, RLHFPPOTrainer
 from rlkit.llm.sft import sft_starting_point
-from rlkit.llm.tasks import PreferenceOracle
 
 
-def reward_model_folder(cache: Path, seed: int, sft_folder: Path) -> Path:
-    """Chapter 9's reward model for ``seed``, trained from the SFT model once and saved."""
-    folder = cache / f"reward-model-{seed}"
-    if not (folder / "config.json").exists():
-        result = train_reward_model(RewardModelConfig(sft_model_path=str(sft_folder), seed=seed))
-        result.model.save_pretrained(folder)
-        result.tokenizer.save_pretrained(folder)
-    return folder
+def starting_point(cache: Path, seed: int) -> tuple[Path, Path]:
+    """``(sft_folder, reward_model_folder)`` of ``seed``, built once under ``cache``."""
+    sft_folder = sft_starting_point(cache / f"sft-{seed}", seed=seed)
+    return sft_folder, reward_model_starting_point(cache / f"reward-model-{seed}", sft_folder, seed)
 
 
-def held_out_scores(trainer: RLHFPPOTrainer, oracle: PreferenceOracle, count: int) -> dict:
-    """Greedy responses to ``count`` held-out prompts: exact match, gold score, proxy score."""
-    prompts = [example.prompt for example in trainer.data.heldout[:count]]
-    texts = generate(
-        trainer.model, trainer.tokenizer, prompts, trainer.config.max_new_tokens, greedy=True
-    ).texts(trainer.tokenizer)
-    proxy = score(trainer.reward_model, trainer.reward_tokenizer, prompts, texts)
-    return {
-        "exact_match": sum(map(trainer.task.reward, prompts, texts)) / count,
-        "gold": sum(map(oracle.score, prompts, texts)) / count,
-        "proxy": float(proxy.mean()),
-    }
+def run(task: tuple) -> list[dict]:
+    """One PPO run, scored before training and every ``eval_every`` iterations."""
+    cache, seed, reward, kl_coef, iterations, eval_every, prompts = task
+    torch.set_num_threads(1)
+    sft_folder, rm_folder = starting_point(cache, seed)
+    config = RLHFPPOConfig(
+        sft_folder=str(sft_folder),
+        reward_model_folder=str(rm_folder),
+        reward=reward,
+        critic_from="reward_model" if reward == "model" else "policy",
+        seed=seed,
+        kl_coef=kl_coef,
+        num_iterations=iterations,
+    )
+    trainer, rows, start = RLHFPPOTrainer(config), [], time.perf_counter()
+    setting = dict(seed=seed, reward=reward, kl_coef=kl_coef)
+    rows.append(dict(setting, iteration=0, seconds=0.0, **trainer.evaluate(prompts)))
+    while not trainer.finished:
+        trainer.run_update()
+        if trainer.updates_done % eval_every == 0 or trainer.finished:
+            seconds = time.perf_counter() - start
+            scores = trainer.evaluate(prompts)
+            rows.append(dict(setting, iteration=trainer.updates_done, seconds=seconds, **scores))
+    print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--kl-coefs", type=float, nargs="+", default=[0.05, 0.3, 1.0])
-    parser.add_argument("--iterations", type=int, default=100)
-    parser.add_argument("--heldout", type=int, default=200, help="held-out prompts scored")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--kl-coefs", type=float, nargs="+", default=[0.01, 0.03, 0.1, 0.3, 1.0])
+    parser.add_argument(
+        "--task-kl-coef", type=float, default=0.05, help="kl_coef of the task-reward runs"
+    )
+    parser.add_argument("--iterations", type=int, default=RLHFPPOConfig.num_iterations)
+    parser.add_argument("--eval-every", type=int, default=20)
+    parser.add_argument("--prompts", type=int, default=500, help="held-out prompts scored")
+    parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path("_build/rlhf-cache"))
     parser.add_argument("--out", type=Path, default=Path("_build/rlhf_ppo_sweep.json"))
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    oracle, results = PreferenceOracle(), []
-    for seed in args.seeds:
-        sft_folder = sft_starting_point(args.cache / f"sft-{seed}", seed=seed)
-        rm_folder = reward_model_folder(args.cache, seed, sft_folder)
-        for kl_coef in args.kl_coefs:
-            config = RLHFPPOConfig(
-                sft_folder=str(sft_folder),
-                reward_model_folder=str(rm_folder),
-                seed=seed,
-                kl_coef=kl_coef,
-                num_iterations=args.iterations,
-                learning_rate=1e-4,
-                minibatch_size=16,
-            )
-            trainer = RLHFPPOTrainer(config)
-            before, start = held_out_scores(trainer, oracle, args.heldout), time.perf_counter()
-            while not trainer.finished:
-                trainer.run_update()
-            seconds = time.perf_counter() - start
-            after = held_out_scores(trainer, oracle, args.heldout)
-            kl = trainer.history[-1]["kl"]
-            row = dict(
-                seed=seed,
-                kl_coef=kl_coef,
-                before=before,
-                after=after,
-                kl=kl,
-                sqrt_kl=max(kl, 0.0) ** 0.5,
-                seconds=seconds,
-            )
-            results.append(row)
-            print(json.dumps(row))
+    settings = [("model", kl) for kl in args.kl_coefs] + [("task", args.task_kl_coef)]
+    tasks = [
+        (args.cache, seed, reward, kl, args.iterations, args.eval_every, args.prompts)
+        for seed, (reward, kl) in itertools.product(args.seeds, settings)
+    ]
+    for seed in args.seeds:  # one process per seed builds its starting point, before the pool
+        starting_point(args.cache, seed)
+    with get_context("spawn").Pool(args.jobs) as pool:
+        rows = [row for rows in pool.map(run, tasks, chunksize=1) for row in rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
-    print(f"wrote {args.out}")
+    args.out.write_text(json.dumps(rows, indent=0))
+    print(f"wrote {args.out}: {len(tasks)} runs")
 
 
 if __name__ == "__main__":

@@ -8,15 +8,18 @@ likelihood P(y_w > y_l | x) = sigmoid(r(x, y_w) - r(x, y_l)) (eq-bradley-terry, 
 
 from __future__ import annotations
 
+import json
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from rlkit.checkpoint import folder_built_once
 from rlkit.llm.generation import right_pad
 from rlkit.llm.models import (
     build_reward_model,
@@ -340,6 +343,17 @@ class RewardModelTrainer(LanguageModelTrainer):
         self.order = list(state["order"])
         set_random_state(self.order_rng, state["order_rng"])
 
+    def evaluate(self, num_prompts: int | None = None, seed: int = 0) -> dict[str, float]:
+        """Held-out pairwise accuracy, beside the best any model can reach on these noisy labels
+        (``label_ceiling``); the pairs are fixed by the config (``num_heldout_pairs``), so
+        ``num_prompts`` and ``seed`` are not used."""
+        with torch.no_grad(), eval_mode(self.model):
+            accuracy = pairwise_accuracy(self.model, self.tokenizer, self.heldout_pairs)
+        return {
+            "heldout_accuracy": accuracy,
+            "label_ceiling": label_ceiling(self.oracle, self.heldout_pairs),
+        }
+
     def result(self) -> RewardModelResult:
         return RewardModelResult(
             self.config,
@@ -365,3 +379,21 @@ def train_reward_model(
 ) -> RewardModelResult:
     """Fit a reward model to preference pairs (the oracle's, unless ``train_pairs`` are given)."""
     return fit(RewardModelTrainer(config, train_pairs), progress=progress)
+
+
+def reward_model_starting_point(
+    folder: str | os.PathLike, sft_folder: str | os.PathLike, seed: int = 0
+) -> Path:
+    """Chapter 9's reward model for the RL chapters, trained with the default ``RewardModelConfig``
+    from the SFT model in ``sft_folder`` (``sft_starting_point``) and saved in ``folder``, or reused
+    when a model made from the same settings is already there (``folder_built_once``: parallel
+    processes train it once; any other non-empty folder is refused, never deleted)."""
+    config = RewardModelConfig(sft_model_path=str(sft_folder), seed=seed)
+
+    def build(partial: Path) -> None:
+        result = train_reward_model(config)
+        result.model.save_pretrained(partial)
+        result.tokenizer.save_pretrained(partial)
+        (partial / "reward_model_history.json").write_text(json.dumps(result.history))
+
+    return folder_built_once(folder, asdict(config), "reward_model_config.json", build)

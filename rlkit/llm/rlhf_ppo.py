@@ -21,6 +21,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel
 
 from rlkit.advantages import gae
+from rlkit.llm.evaluation import held_out_scores, heldout_prompts
 from rlkit.llm.generation import (
     PromptBatch,
     ResponseBatch,
@@ -30,7 +31,7 @@ from rlkit.llm.generation import (
 )
 from rlkit.llm.models import ValueHeadModel, load_causal_lm, load_reward_model, require_matching_pad
 from rlkit.llm.reward_model import score
-from rlkit.llm.tasks import SortTask, TaskData
+from rlkit.llm.tasks import PreferenceOracle, SortTask, TaskData
 from rlkit.llm.tokenizer import require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelTrainer,
@@ -173,7 +174,8 @@ PHASES = ("generate", "score", "reference", "values", "rewards", "advantages", "
 @dataclass
 class RLHFPPOConfig(LanguageModelTrainingConfig):
     """RLHF with PPO on the sort task; the optimization fields of ``LanguageModelTrainingConfig``
-    drive the actor, ``critic_learning_rate`` the critic."""
+    drive the actor, ``critic_learning_rate`` the critic. The defaults are the settings Chapter 10
+    trains and tests with (tiny models: a step size far above a large model's)."""
 
     # where each model comes from, so that a run folder can rebuild them (None: passed to the
     # trainer's constructor)
@@ -182,13 +184,13 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
     reward: str = "model"  # "model": the reward model's score; "task": the task's exact match
     critic_from: str = "reward_model"  # the critic's backbone: "reward_model" or "policy"
     num_digits: int = 6  # the sort task's prompt length
-    num_iterations: int = 20  # iterations of generate, score, ..., PPO epochs
+    num_iterations: int = 120  # iterations of generate, score, ..., PPO epochs
     batch_size: int = 32  # prompts per iteration, one response each
-    minibatch_size: int = 8  # responses per PPO step
+    minibatch_size: int = 16  # responses per PPO step
     ppo_epochs: int = 2  # passes over each iteration's responses
     max_new_tokens: int = 8  # the response's length limit (the answer and its EOS fit)
-    temperature: float = 1.0  # for sampling and for every log-probability recomputed
-    kl_coef: float = 0.05  # beta of the KL penalty in the reward (the start, with target_kl)
+    temperature: float = 0.7  # for sampling and for every log-probability recomputed
+    kl_coef: float = 0.1  # beta of the KL penalty in the reward (the start, with target_kl)
     kl_kind: str = "k1"  # the per-token KL estimate in the reward: "k1", "k2" or "k3"
     # Ziegler et al.'s adaptive kl_coef aims at this KL, the mean over responses of the summed k1
     # estimate, whatever kl_kind the reward uses (None: fixed)
@@ -204,7 +206,7 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
     # subtracted from the score of a response without EOS, before the clip (as TRL does; the
     # clipped total stays in [-clip_reward, clip_reward])
     missing_eos_penalty: float | None = None
-    learning_rate: float = 2e-5  # the actor's AdamW step size
+    learning_rate: float = 1e-4  # the actor's AdamW step size
     warmup_steps: int = 0  # in iterations
 
     def __post_init__(self) -> None:
@@ -432,7 +434,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             scores = self._scores(prompts, texts, batch)
         with torch.no_grad(), self.autocast():
             with timer("reference"):
-                ref_logprobs = self._reference_logprobs(batch)
+                ref_logprobs = self.reference_logprobs(batch)
             with timer("values"):
                 values = response_values(self.critic, batch.prompts, batch.response_ids, mask)
             with timer("rewards"):
@@ -480,7 +482,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             scores = scores - self.config.missing_eos_penalty * (~ended.any(dim=1)).to(scores.dtype)
         return scores
 
-    def _reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
+    def reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
         """The sampled tokens' log-probabilities under the reference, at the sampling
         temperature."""
         arguments = (batch.prompts, batch.response_ids, batch.response_mask, batch.temperature)
@@ -574,6 +576,28 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             peak_learning_rate=config.critic_learning_rate,
         )
         return {"value_loss": stats["loss"], "grad_norm_critic": stats["grad_norm"]}
+
+    def evaluate(self, num_prompts: int = 500, seed: int = 0, per_prompt: bool = False) -> dict:
+        """The policy on the first ``num_prompts`` held-out prompts (``held_out_scores``): exact
+        match, the oracle's gold score and the reward model's proxy score, greedy and sampled at
+        the training temperature, and the KL to the reference (``per_prompt``: lists over the
+        prompts, and the completions)."""
+        prompts = heldout_prompts(self.data, num_prompts)
+        with torch.no_grad(), self.autocast():
+            return held_out_scores(
+                self.model,
+                self.tokenizer,
+                self.task,
+                prompts,
+                self.config.max_new_tokens,
+                self.config.temperature,
+                oracle=PreferenceOracle(self.task),
+                reward_model=self.reward_model,
+                reward_tokenizer=self.reward_tokenizer,
+                reference_logprobs=self.reference_logprobs,
+                seed=seed,
+                per_prompt=per_prompt,
+            )
 
     def result(self) -> RLHFPPOResult:
         return RLHFPPOResult(

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from filelock import FileLock
 from transformers import AutoTokenizer, PreTrainedModel
 
+from rlkit.checkpoint import folder_built_once
+from rlkit.llm.evaluation import held_out_scores, heldout_prompts
 from rlkit.llm.generation import generate, right_pad
 from rlkit.llm.models import build_causal_lm, load_causal_lm, tiny_config
-from rlkit.llm.tasks import TASKS, Example, Task, TaskData, make_task
+from rlkit.llm.tasks import TASKS, Example, PreferenceOracle, SortTask, Task, TaskData, make_task
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelTrainer,
@@ -242,6 +242,24 @@ class SFTTrainer(LanguageModelTrainer):
         set_random_state(self.data.train_rng, state["data_rng"])
         self.stopped_early = state["stopped_early"]
 
+    def evaluate(self, num_prompts: int = 500, seed: int = 0, per_prompt: bool = False) -> dict:
+        """The model on the first ``num_prompts`` held-out prompts (``held_out_scores``): exact
+        match greedy and sampled at temperature 1, and for the sort task the oracle's score
+        (``per_prompt``: lists over the prompts, and the completions)."""
+        prompts = heldout_prompts(self.data, num_prompts)
+        oracle = PreferenceOracle(self.task) if isinstance(self.task, SortTask) else None
+        with torch.no_grad(), self.autocast():
+            return held_out_scores(
+                self.model,
+                self.tokenizer,
+                self.task,
+                prompts,
+                self.task.max_answer_length + 1,
+                oracle=oracle,
+                seed=seed,
+                per_prompt=per_prompt,
+            )
+
     def result(self) -> SFTResult:
         return SFTResult(self.config, self.model, self.history, tokenizer=self.tokenizer)
 
@@ -273,27 +291,15 @@ def sft_starting_point(folder: str | os.PathLike, seed: int = 0, target: float =
     Training stops at the first evaluation (every 10 steps) whose held-out greedy exact match
     reaches ``target``: about half the prompts are answered right, so RL has room to show what it
     adds. Processes that ask for the same folder at once (tests and notebooks run side by side)
-    train it once: the first trains under a lock into a folder of its own and renames it into place,
-    the others wait and reuse it. A folder this function made with other settings is replaced; any
-    other non-empty folder is refused, never deleted.
+    train it once (``folder_built_once``: a lock, a folder of its own, a rename). A folder this
+    function made with other settings is replaced; any other non-empty folder is refused, never
+    deleted.
     """
     require(is_finite_number(target) and 0 < target < 1, "target", "a number in (0, 1)", target)
-    folder, config = Path(folder), SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)
-    wanted = json.loads(json.dumps(asdict(config), default=str))
-    saved = folder / "sft_config.json"
-    with FileLock(f"{folder.resolve()}.lock"):
-        if saved.exists() and json.loads(saved.read_text()) == wanted:
-            return folder
-        require(
-            not folder.exists() or saved.exists() or not any(folder.iterdir()),
-            "folder",
-            "a new or empty folder, or one that sft_starting_point made (with its sft_config.json)",
-            str(folder),
-        )
-        resolved = folder.resolve()
-        partial = resolved.with_name(f"{resolved.name}.{os.getpid()}.partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        save_pretrained(train_sft(config), partial)
-        shutil.rmtree(resolved, ignore_errors=True)
-        os.replace(partial, resolved)  # readers see the old folder, no folder, or the whole new one
-    return folder
+    config = SFTConfig(seed=seed, eval_every=10, stop_at_exact_match=target)
+    return folder_built_once(
+        folder,
+        asdict(config),
+        "sft_config.json",
+        lambda partial: save_pretrained(train_sft(config), partial),
+    )
