@@ -1,5 +1,7 @@
-"""SFT and generation throughput of a GPT-2-small-sized model built from config: MFU on a GPU, a
-smoke test on a CPU.
+"""One GPU script for every language-model trainer, a section each: MFU on a GPU, a smoke test on a
+CPU. GPU time comes in short slots, so the whole script runs in at most five minutes.
+
+**sft** (Chapter 8): SFT and generation throughput of a GPT-2-small-sized model built from config.
 
 On CUDA the model is GPT-2 small's shape (12 layers, 768 wide, 12 heads, 1,024 positions,
 50,257-token vocabulary: about 124M parameters), built from a ``GPT2Config`` (nothing downloads).
@@ -15,12 +17,17 @@ figure issue 8 sets the goal against (NVIDIA lists 989 dense bf16 TFLOP/s for th
 script prints MFU against both). Generation samples with the KV cache through ``model.generate``
 (rlkit's ``sampling_config``) and, side by side, without it, and prints both rates and their ratio.
 
-On a CPU the same script runs a tiny model (two layers, 64 wide) for a few steps: a smoke test that
+**rlhf-ppo** (Chapter 10): ``RLHFPPOTrainer`` with its four models on a Qwen2-shaped config of
+0.4B parameters (Qwen2.5-0.5B's 24 layers, 896 wide, without its 151,936-token vocabulary: the
+toy tokenizer's) in bf16 autocast, on the sort task with 30 digits, for a few iterations after an
+untimed one: generation and training tokens/s, each phase's share of an iteration, peak memory.
+
+On a CPU the same script runs tiny models (two layers, 64 wide) for a few steps: a smoke test that
 the GPU path works end to end, run by ``make test``.
 
-    python bench/gpu_sft.py                  # GPT-2 small on CUDA when there is one, else the tiny
-                                             # smoke test
-    python bench/gpu_sft.py --size tiny      # the smoke test anywhere
+    python bench/gpu_llm.py                  # every section: the large models on CUDA when there
+                                             # is one, else the tiny smoke test
+    python bench/gpu_llm.py --size tiny --section rlhf-ppo   # one section's smoke test anywhere
 """
 
 from __future__ import annotations
@@ -36,13 +43,30 @@ from transformers import AutoModelForCausalLM, GPT2Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rlkit.llm.generation import generate_without_model_defaults, left_pad, sampling_config  # noqa: E402
-from rlkit.llm.models import count_parameters  # noqa: E402
+from rlkit.llm.models import (  # noqa: E402
+    build_causal_lm,
+    build_reward_model,
+    count_parameters,
+    tiny_config,
+)
+from rlkit.llm.rlhf_ppo import PHASES, RLHFPPOConfig, RLHFPPOTrainer  # noqa: E402
 from rlkit.llm.sft import IGNORE_INDEX, SFTBatch, completion_loss  # noqa: E402
 from rlkit.llm.tokenizer import build_char_tokenizer  # noqa: E402
 
 SIZES = {  # name: (layers, width, heads, positions, vocabulary, batch, sequence length, new tokens)
     "gpt2-small": (12, 768, 12, 1024, 50257, 16, 1024, 128),
     "tiny": (2, 64, 4, 128, 64, 8, 64, 16),
+}
+# the RLHF-PPO section's models, by the same --size names: tiny_config fields, the sort task's
+# digits, prompts per iteration, minibatch
+RLHF_SIZES = {
+    "gpt2-small": (
+        dict(family="qwen2", hidden_size=896, num_layers=24, num_heads=14, intermediate_size=4864),
+        30,
+        64,
+        16,
+    ),
+    "tiny": (dict(family="qwen2"), 6, 16, 8),
 }
 
 
@@ -144,39 +168,11 @@ def generation_rate(model, size: str, device: str, use_cache: bool) -> float:
     return batch * generated / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--size", choices=SIZES, default="gpt2-small" if torch.cuda.is_available() else "tiny"
-    )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=None,
-        help="timed training steps (default: 30 on CUDA, 5 on CPU)",
-    )
-    parser.add_argument(
-        "--rounds", type=int, default=1, help="repeat the measurement; medians are reported"
-    )
-    parser.add_argument(
-        "--peak-tflops", type=float, default=790.0, help="the accelerator's dense bf16 peak"
-    )
-    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile on CUDA")
-    args = parser.parse_args()
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    if args.rounds < 1:
-        parser.error(f"--rounds must be >= 1, got {args.rounds}")
-    if args.peak_tflops <= 0:
-        parser.error(f"--peak-tflops must be > 0, got {args.peak_tflops}")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.set_num_threads(1 if device == "cpu" else torch.get_num_threads())
+def sft_section(args, device: str) -> None:
     steps = args.steps or (30 if device == "cuda" else 5)
     model = build_model(args.size, device)
     print(
-        f"{args.size}: {count_parameters(model) / 1e6:.2f}M parameters on {device}"
+        f"[sft] {args.size}: {count_parameters(model) / 1e6:.2f}M parameters on {device}"
         f"{' (' + torch.cuda.get_device_name() + ')' if device == 'cuda' else ''}"
     )
     compile_model = device == "cuda" and not args.no_compile
@@ -208,6 +204,106 @@ def main() -> None:
         print(f"result: sft_mfu = {mfu:.3f} (goal: >= 0.30, against {args.peak_tflops:g} TFLOP/s)")
     else:  # no peak to compare with on a CPU: check that the step learns and the cache pays
         print(f"result: cpu_smoke_loss_ratio = {last_loss / first_loss:.3f} (goal: < 1)")
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def rlhf_ppo_section(args, device: str) -> None:
+    """A few timed iterations of the four-model trainer after an untimed one."""
+    shape, num_digits, batch_size, minibatch_size = RLHF_SIZES[args.size]
+    iterations = args.steps or (4 if device == "cuda" else 2)
+    tokenizer = build_char_tokenizer()
+    model_config = tiny_config(tokenizer, max_positions=2 * num_digits + 8, **shape)
+    actor = build_causal_lm(model_config, seed=0)
+    reward_model = build_reward_model(model_config, seed=1)
+    config = RLHFPPOConfig(
+        num_digits=num_digits,
+        max_new_tokens=num_digits + 2,
+        batch_size=batch_size,
+        minibatch_size=minibatch_size,
+        num_iterations=iterations + 1,
+        device=device,
+    )
+    trainer = RLHFPPOTrainer(config, actor, tokenizer, reward_model=reward_model)
+    print(
+        f"[rlhf-ppo] {args.size}: four models of {count_parameters(actor) / 1e6:.2f}M parameters "
+        f"on {device}, bf16 autocast {'on' if device == 'cuda' else 'off'}"
+    )
+    trainer.run_update()  # untimed: first-call costs
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rows = [trainer.run_update() for _ in range(iterations)]
+    generated = sum(row["response_length"] * batch_size for row in rows)
+    generate_seconds = sum(row["seconds_generate"] for row in rows)
+    # each PPO epoch runs the actor's and the critic's forward and backward passes over every token
+    trained = (
+        sum(
+            (row["response_length"] + trainer.task.max_prompt_length + 1) * batch_size
+            for row in rows
+        )
+        * config.ppo_epochs
+    )
+    train_seconds = sum(row["seconds_ppo_epochs"] for row in rows)
+    total = sum(row[f"seconds_{phase}"] for row in rows for phase in PHASES)
+    print(
+        f"generation: {generated / generate_seconds:,.0f} tokens/s; PPO epochs: "
+        f"{trained / train_seconds:,.0f} tokens/s (actor and critic, forward and backward)"
+    )
+    shares = ", ".join(
+        f"{phase} {100 * sum(row[f'seconds_{phase}'] for row in rows) / total:.0f}%"
+        for phase in PHASES
+    )
+    print(f"an iteration: {total / iterations:.2f} s ({shares})")
+    if device == "cuda":
+        print(f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most")
+    print(
+        f"result: rlhf_ppo_generation_tokens_per_s = {generated / generate_seconds:.0f} "
+        "(goal: reported)"
+    )
+
+
+SECTIONS = {"sft": sft_section, "rlhf-ppo": rlhf_ppo_section}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size", choices=SIZES, default="gpt2-small" if torch.cuda.is_available() else "tiny"
+    )
+    parser.add_argument(
+        "--section",
+        choices=[*SECTIONS, "all"],
+        default="all",
+        help="which trainer to measure (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed training steps, or RLHF iterations (default: 30 and 4 on CUDA, 5 and 2 on CPU)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat the measurement; medians are reported"
+    )
+    parser.add_argument(
+        "--peak-tflops", type=float, default=790.0, help="the accelerator's dense bf16 peak"
+    )
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile on CUDA")
+    args = parser.parse_args()
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.peak_tflops <= 0:
+        parser.error(f"--peak-tflops must be > 0, got {args.peak_tflops}")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(1 if device == "cpu" else torch.get_num_threads())
+    for name, section in SECTIONS.items():
+        if args.section in (name, "all"):
+            section(args, device)
 
 
 if __name__ == "__main__":
