@@ -361,6 +361,14 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             self.reward_tokenizer = reward_tokenizer
         if critic is None:
             critic = self._critic_from_config(actor, tokenizer)
+        vocabulary = critic.backbone.get_input_embeddings().num_embeddings
+        require(
+            vocabulary == actor.get_input_embeddings().num_embeddings,
+            "critic",
+            "a critic that reads the actor's tokens (its embedding table has "
+            f"{actor.get_input_embeddings().num_embeddings} rows, the actor's vocabulary)",
+            f"a critic whose embedding table has {vocabulary} rows",
+        )
         longest = self.task.max_prompt_length + 1 + config.max_new_tokens
         layout = "<bos> prompt response (num_digits and max_new_tokens)"
         self.prepare(actor, longest, "num_digits", layout)

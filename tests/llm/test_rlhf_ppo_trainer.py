@@ -10,9 +10,9 @@ import copy
 import pytest
 import torch
 
-from rlkit.llm.models import build_causal_lm, build_reward_model, tiny_config
+from rlkit.llm.models import ValueHeadModel, build_causal_lm, build_reward_model, tiny_config
 from rlkit.llm.rlhf_ppo import PHASES, RLHFPPOConfig, RLHFPPOTrainer
-from rlkit.llm.tokenizer import build_char_tokenizer
+from rlkit.llm.tokenizer import TASK_ALPHABET, build_char_tokenizer
 
 SMALL = dict(num_iterations=2, batch_size=8, minibatch_size=4, ppo_epochs=2, num_digits=4)
 
@@ -171,6 +171,16 @@ def test_a_reward_model_with_a_tokenizer_of_its_own_scores_the_decoded_text():
             tokenizer=tokenizer,
             reward_model=reward_model,
             reward_tokenizer=own,
+        )
+
+
+def test_a_critic_on_another_vocabulary_is_refused():
+    tokenizer = build_char_tokenizer()
+    wider = build_char_tokenizer(alphabet=TASK_ALPHABET + "#@")  # two more tokens
+    other = build_causal_lm(tiny_config(wider), seed=2)
+    with pytest.raises(ValueError, match="critic must be a critic that reads the actor's tokens"):
+        trainer_for(
+            RLHFPPOConfig(**SMALL), tokenizer, critic=ValueHeadModel.from_pretrained_model(other)
         )
 
 
