@@ -111,8 +111,10 @@ def trl_run(sft: Path, reward_model: Path, seed: int, iterations: int) -> tuple[
         report_to="none",
         seed=seed,
         total_episodes=iterations * SETTINGS["batch_size"],
-        per_device_train_batch_size=SETTINGS["minibatch_size"],
-        gradient_accumulation_steps=SETTINGS["batch_size"] // SETTINGS["minibatch_size"],
+        # TRL's rollout is per_device_train_batch_size x gradient_accumulation_steps responses, cut
+        # into num_mini_batches minibatches, each stepped once per epoch (with no accumulation)
+        per_device_train_batch_size=SETTINGS["batch_size"],
+        gradient_accumulation_steps=1,
         num_mini_batches=SETTINGS["batch_size"] // SETTINGS["minibatch_size"],
         num_ppo_epochs=SETTINGS["ppo_epochs"],
         response_length=SETTINGS["max_new_tokens"],

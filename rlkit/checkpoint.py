@@ -72,6 +72,7 @@ def folder_built_once(
     from rlkit.training import require
 
     folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)  # the lock file lives there
     wanted = json.loads(json.dumps(settings, default=str))
     saved = folder / marker
     with FileLock(f"{folder.resolve()}.lock"):

@@ -94,7 +94,11 @@ def hyperparameter_help(name: str) -> str:
     meanings = field_meanings(spec.config)
     lines = [
         f"hyperparameters of {name} (set any with --set FIELD=VALUE; a field you leave out comes "
-        "from the env's preset where there is one, else from the default):"
+        + (
+            "from the default):"
+            if spec.language_model
+            else "from the env's preset where there is one, else from the default):"
+        )
     ]
     for field in dataclasses.fields(spec.config):
         tested = [
@@ -243,8 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--prompts",
         type=int,
-        default=500,
-        help="a language-model run: held-out prompts to answer (default: %(default)s)",
+        help="a language-model run: the first N held-out prompts to answer (default: all)",
     )
     evaluate.add_argument(
         "--seed",
@@ -443,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         COMMANDS[args.command](args)
-    except (ValueError, RunError, CheckpointError, TrainingDiverged, OSError) as error:
+    except (ValueError, RunError, CheckpointError, TrainingDiverged, OSError, ImportError) as error:
         print(f"rlkit {args.command}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -63,7 +63,15 @@ class Algorithm:
 
     @property
     def module(self) -> Any:
-        return importlib.import_module(self.module_name)
+        try:
+            return importlib.import_module(self.module_name)
+        except ImportError as error:
+            if not self.language_model:
+                raise
+            raise ImportError(
+                f"{self.name} needs {error.name or 'a package'}, which is not installed: install "
+                'rlkit with its llm extra (pip install -e ".[llm]")'
+            ) from error
 
     @property
     def config(self) -> type:
@@ -191,6 +199,8 @@ def load_config(out: str | Path, device: str | None = None):
     saved = read_saved_config(out)
     algorithm = ALGORITHMS[saved["algorithm"]]
     fields = dict(saved["config"], **({} if device is None else {"device": device}))
+    if device is not None and "bf16" in fields:
+        fields["bf16"] = None  # bf16 autocast where the new device supports it
     known = {field.name for field in dataclasses.fields(algorithm.config)}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -334,7 +344,7 @@ def save_model(result: TrainResult, folder: Path) -> Path:
     model = result.model
     if hasattr(model, "merge_and_unload"):
         model = copy.deepcopy(model).merge_and_unload()
-    partial = folder.with_name(f"{folder.name}.partial")
+    partial = folder.with_name(f"{folder.name}.{os.getpid()}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
     result.tokenizer.save_pretrained(partial)
@@ -344,17 +354,28 @@ def save_model(result: TrainResult, folder: Path) -> Path:
 
 
 def model_path(name_or_path: str) -> str:
-    """What ``--model`` names: a run folder's saved model (``RUN/model``), else the folder or hub
-    name itself."""
-    saved = Path(name_or_path) / MODEL_FOLDER
-    if (Path(name_or_path) / CONFIG_FILE).is_file():
-        if not (saved / "config.json").is_file():
+    """What ``--model`` names: a run folder's saved model (``RUN/model``), else a saved model's
+    folder, else a hub name. Folders become absolute paths, so that the run they are stored in can
+    be resumed or evaluated from any directory."""
+    path = Path(name_or_path)
+    if is_run_folder(path):
+        if not (path / MODEL_FOLDER / "config.json").is_file():
             raise RunError(
                 f"{name_or_path} is a run without a saved model yet (no {MODEL_FOLDER}/): "
                 "a language-model run saves it when it finishes"
             )
-        return str(saved)
-    return name_or_path
+        return str((path / MODEL_FOLDER).resolve())
+    return str(path.resolve()) if path.is_dir() else name_or_path
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` holds a run (its config.json names an algorithm), not a saved model, whose
+    config.json is Hugging Face's."""
+    try:
+        saved = json.loads((path / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and "algorithm" in saved and "config" in saved
 
 
 def _saved_updates(out: Path):
@@ -489,7 +510,8 @@ def plot_runs(
     out: str | Path = "curves.png",
     points: int = 100,
 ) -> None:
-    """Learning curves of ``metric`` against environment steps, one per group (``run_groups``): the
+    """Learning curves of ``metric`` against environment steps (updates for language-model runs),
+    one per group (``run_groups``): the
     ``statistic`` over its seeds with a 95% stratified-bootstrap band
     (``rlkit.statistics.curve_band``). Runs are interpolated onto the steps that all runs of a group
     reached."""
@@ -513,7 +535,13 @@ def plot_runs(
             band="bootstrap",
             statistic=statistic,
         )
-    ax.set_xlabel("environment steps")
+    language_model = any(
+        ALGORITHMS[read_saved_config(run)["algorithm"]].language_model
+        for runs in run_groups(paths).values()
+        for run in runs
+        if (run / CONFIG_FILE).is_file()
+    )
+    ax.set_xlabel("updates" if language_model else "environment steps")
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title(f"{statistic} over runs, with a 95% stratified-bootstrap band", fontsize=10)
     ax.legend()
@@ -532,7 +560,8 @@ def _curve(run: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
     keep = ~np.isnan(metrics[metric])
     if keep.sum() == 0:
         raise RunError(f"{run}: the metric {metric!r} has no values yet")
-    return metrics["step"][keep], metrics[metric][keep]
+    x = next(name for name in X_COLUMNS if name in metrics)
+    return metrics[x][keep], metrics[metric][keep]
 
 
 __all__ = [

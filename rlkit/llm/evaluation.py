@@ -22,9 +22,11 @@ from rlkit.training import eval_mode, is_count, require
 __all__ = ["held_out_scores", "heldout_prompts"]
 
 
-def heldout_prompts(data: TaskData, num_prompts: int) -> list[str]:
-    """The first ``num_prompts`` of ``data``'s held-out prompts (a ValueError naming
-    ``num_prompts`` unless it is an integer from 1 to their number)."""
+def heldout_prompts(data: TaskData, num_prompts: int | None = None) -> list[str]:
+    """The first ``num_prompts`` of ``data``'s held-out prompts, all of them for None (a ValueError
+    naming ``num_prompts`` unless it is None or an integer from 1 to their number)."""
+    if num_prompts is None:
+        return [example.prompt for example in data.heldout]
     require(
         is_count(num_prompts) and num_prompts <= len(data.heldout),
         "num_prompts",

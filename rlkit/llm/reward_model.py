@@ -389,6 +389,9 @@ def reward_model_starting_point(
     when a model made from the same settings is already there (``folder_built_once``: parallel
     processes train it once; any other non-empty folder is refused, never deleted)."""
     config = RewardModelConfig(sft_model_path=str(sft_folder), seed=seed)
+    # the SFT model's own record, so that a rebuilt SFT folder (other settings) is noticed
+    sft_record = Path(sft_folder) / "sft_config.json"
+    made_from = json.loads(sft_record.read_text()) if sft_record.is_file() else None
 
     def build(partial: Path) -> None:
         result = train_reward_model(config)
@@ -396,4 +399,5 @@ def reward_model_starting_point(
         result.tokenizer.save_pretrained(partial)
         (partial / "reward_model_history.json").write_text(json.dumps(result.history))
 
-    return folder_built_once(folder, asdict(config), "reward_model_config.json", build)
+    settings = {**asdict(config), "sft_config": made_from}
+    return folder_built_once(folder, settings, "reward_model_config.json", build)

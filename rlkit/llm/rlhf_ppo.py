@@ -1,4 +1,4 @@
-"""RLHF with PPO (Chapter 10, in progress): the KL-shaped, token-level reward.
+"""RLHF with PPO (Chapter 10): the KL-shaped, token-level reward and the four-model trainer.
 
 The RLHF objective is ``max E[r(x, y)] - beta KL(pi || pi_ref)``. PPO optimises it token by token
 (Ziegler et al., 2019; DeepSpeed-Chat and ColossalAI's PPO trainers): each response token earns
@@ -276,17 +276,25 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
 
 
 class PhaseTimer:
-    """Seconds spent in each named phase of an iteration (Chapter 13 distributes these phases)."""
+    """Seconds spent in each named phase of an iteration (Chapter 13 distributes these phases). On
+    CUDA each phase waits for the device at its start and end: kernels run asynchronously, and
+    their time would otherwise be counted in whichever later phase first waits for a result."""
 
-    def __init__(self):
+    def __init__(self, device: str | torch.device = "cpu"):
         self.seconds = {phase: 0.0 for phase in PHASES}
+        device = torch.device(device)
+        self.synchronize = (
+            (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        )
 
     @contextlib.contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
+        self.synchronize()
         start = time.perf_counter()
         try:
             yield
         finally:
+            self.synchronize()
             self.seconds[phase] += time.perf_counter() - start
 
 
@@ -429,7 +437,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     # ---- one iteration ---------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:
-        config, timer = self.config, PhaseTimer()
+        config, timer = self.config, PhaseTimer(self.config.device)
         prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
         # the rollout's forward passes run under the same autocast as the training steps, so that
         # old and new log-probabilities (and values) are one computation and the first ratio is 1
@@ -437,8 +445,9 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             batch = generate(
                 self.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
             )
-        texts, mask = batch.texts(self.tokenizer), batch.response_mask
-        with timer("score"):
+        mask = batch.response_mask
+        with timer("score"):  # decoding included: the reward model reads text
+            texts = batch.texts(self.tokenizer)
             scores = self._scores(prompts, texts, batch)
         with torch.no_grad(), self.autocast():
             with timer("reference"):
@@ -585,8 +594,11 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         )
         return {"value_loss": stats["loss"], "grad_norm_critic": stats["grad_norm"]}
 
-    def evaluate(self, num_prompts: int = 500, seed: int = 0, per_prompt: bool = False) -> dict:
-        """The policy on the first ``num_prompts`` held-out prompts (``held_out_scores``): exact
+    def evaluate(
+        self, num_prompts: int | None = None, seed: int = 0, per_prompt: bool = False
+    ) -> dict:
+        """The policy on the first ``num_prompts`` held-out prompts (None: all 500;
+        ``held_out_scores``): exact
         match, the oracle's gold score and the reward model's proxy score, greedy and sampled at
         the training temperature, and the KL to the reference (``per_prompt``: lists over the
         prompts, and the completions)."""

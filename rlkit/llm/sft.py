@@ -242,8 +242,11 @@ class SFTTrainer(LanguageModelTrainer):
         set_random_state(self.data.train_rng, state["data_rng"])
         self.stopped_early = state["stopped_early"]
 
-    def evaluate(self, num_prompts: int = 500, seed: int = 0, per_prompt: bool = False) -> dict:
-        """The model on the first ``num_prompts`` held-out prompts (``held_out_scores``): exact
+    def evaluate(
+        self, num_prompts: int | None = None, seed: int = 0, per_prompt: bool = False
+    ) -> dict:
+        """The model on the first ``num_prompts`` held-out prompts (None: all of them;
+        ``held_out_scores``): exact
         match greedy and sampled at temperature 1, and for the sort task the oracle's score
         (``per_prompt``: lists over the prompts, and the completions)."""
         prompts = heldout_prompts(self.data, num_prompts)

@@ -74,7 +74,7 @@ def test_eval_reports_a_language_model_runs_held_out_scores(runs, capsys):
     out = capsys.readouterr().out
     for name in ("exact_match", "gold", "proxy", "exact_match_sampled", "gold_sampled", "kl"):
         assert f"  {name} = " in out
-    assert main(["eval", str(runs / "sft"), "--prompts", "20"]) == 0
+    assert main(["eval", str(runs / "sft")]) == 0  # all its 50 held-out prompts
     out = capsys.readouterr().out
     assert "  exact_match = " in out and "  gold = " in out and "kl" not in out
     assert main(["eval", str(runs / "rm")]) == 0
@@ -134,6 +134,20 @@ def test_an_interrupted_rlhf_ppo_run_resumes_exactly(runs, tmp_path, monkeypatch
     assert [{k: v for k, v in row.items() if k not in timing} for row in resumed.history] == [
         {k: v for k, v in row.items() if k not in timing} for row in whole.history
     ]
+
+
+def test_a_saved_models_folder_and_a_relative_path_are_models_too(runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(runs)  # --model sft/model: relative, and a saved model's folder, not a run
+    argv = ["train", "reward-model", "--model", "sft/model", "--out", str(tmp_path / "rm")]
+    assert main([*argv, *REWARD_MODEL]) == 0
+    saved = json.loads((tmp_path / "rm" / "config.json").read_text())["config"]
+    assert saved["sft_model_path"] == str((runs / "sft" / MODEL_FOLDER).resolve())
+
+
+def test_plot_draws_a_language_model_runs_metric_against_its_updates(runs, tmp_path):
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(runs / "ppo"), "--metric", "score", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_deep_rl_commands_never_load_transformers():
