@@ -69,8 +69,6 @@ def folder_built_once(
     """
     from filelock import FileLock
 
-    from rlkit.training import require
-
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)  # the lock file lives there
     wanted = json.loads(json.dumps(settings, default=str))
@@ -78,12 +76,12 @@ def folder_built_once(
     with FileLock(f"{folder.resolve()}.lock"):
         if saved.exists() and json.loads(saved.read_text()) == wanted:
             return folder
-        require(
-            not folder.exists() or saved.exists() or not any(folder.iterdir()),
-            "folder",
-            f"a new or empty folder, or one built before (with its {marker})",
-            str(folder),
-        )
+        if folder.exists() and not saved.exists() and any(folder.iterdir()):
+            # the message of rlkit.training.require, which this layer cannot import
+            raise ValueError(
+                f"folder must be a new or empty folder, or one built before (with its {marker}), "
+                f"got {str(folder)!r}"
+            )
         resolved = folder.resolve()
         partial = resolved.with_name(f"{resolved.name}.{os.getpid()}.partial")
         shutil.rmtree(partial, ignore_errors=True)
