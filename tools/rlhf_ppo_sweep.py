@@ -8,8 +8,9 @@ figure reads the results file.
     python tools/rlhf_ppo_sweep.py --seeds 0 1 2 --kl-coefs 0.01 0.03 0.1 0.3 1.0 \
         --out book/data/rlhf_ppo_sweep.json
 
-Each seed's SFT starting point (``sft_starting_point``) and reward model are built once under
-``--cache`` and reused; the runs go ``--jobs`` at a time, one thread each.
+Each seed's SFT starting point (``sft_starting_point``) and reward model
+(``reward_model_starting_point``) are built once under ``--cache`` and reused; the runs go
+``--jobs`` at a time, one thread each.
 """
 
 from __future__ import annotations
@@ -77,12 +78,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("_build/rlhf_ppo_sweep.json"))
     args = parser.parse_args()
     settings = [("model", kl) for kl in args.kl_coefs] + [("task", args.task_kl_coef)]
+    # setting by setting, so that the pool's first runs build different seeds' starting points
+    # side by side (a seed's later runs wait for its build, under its lock)
     tasks = [
         (args.cache, seed, reward, kl, args.iterations, args.eval_every, args.prompts)
-        for seed, (reward, kl) in itertools.product(args.seeds, settings)
+        for (reward, kl), seed in itertools.product(settings, args.seeds)
     ]
-    for seed in args.seeds:  # one process per seed builds its starting point, before the pool
-        starting_point(args.cache, seed)
     with get_context("spawn").Pool(args.jobs) as pool:
         rows = [row for rows in pool.map(run, tasks, chunksize=1) for row in rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)
