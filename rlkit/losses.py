@@ -15,6 +15,7 @@ __all__ = [
     "masked_whiten",
     "policy_gradient_loss",
     "clipped_policy_loss",
+    "clipped_surrogate_terms",
     "clipped_value_loss",
     "entropy",
     "kl_estimate",
@@ -127,14 +128,29 @@ def clipped_policy_loss(
     _check_same_shape(
         "logprobs", logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask
     )
+    ratio = torch.exp(zero_padding(logprobs - old_logprobs.detach(), mask))
+    terms = clipped_surrogate_terms(
+        ratio, zero_padding(advantages.detach(), mask), clip_eps, clip_eps_high
+    )
+    return masked_mean(terms, mask)
+
+
+def clipped_surrogate_terms(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+) -> torch.Tensor:
+    """The clipped surrogate entry by entry, no reduction:
+    ``max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high)) = -min(rho A, clip(rho) A)``
+    (eq-ppo-clip). ``clipped_policy_loss`` takes its token mean; GRPO's loss types sum it other
+    ways."""
     _check_clip("clip_eps", clip_eps)
     _check_clip("clip_eps_high", clip_eps_high)
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    advantages = zero_padding(advantages.detach(), mask)
-    ratio = torch.exp(zero_padding(logprobs - old_logprobs.detach(), mask))
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
-    return masked_mean(torch.maximum(unclipped, clipped), mask)
+    return torch.maximum(unclipped, clipped)
 
 
 def clipped_value_loss(

@@ -120,6 +120,22 @@ class ResponseBatch:
     logprobs: torch.Tensor
     temperature: float
 
+    def select(self, index: torch.Tensor) -> ResponseBatch:
+        """The rows ``index``."""
+        index = index.to(self.response_ids.device)
+        prompts = PromptBatch(
+            self.prompts.input_ids[index],
+            self.prompts.attention_mask[index],
+            self.prompts.position_ids[index],
+        )
+        return ResponseBatch(
+            prompts,
+            self.response_ids[index],
+            self.response_mask[index],
+            self.logprobs[index],
+            self.temperature,
+        )
+
     def texts(self, tokenizer) -> list[str]:
         """Each response decoded up to (not including) its first EOS.
 
@@ -134,6 +150,39 @@ class ResponseBatch:
                 valid = valid[:-1]
             texts.append(tokenizer.decode(valid, skip_special_tokens=False))
         return texts
+
+
+def concatenate_responses(batches: list[ResponseBatch], pad_id: int) -> ResponseBatch:
+    """Batches sampled at one temperature as one: prompts left-padded to the widest, responses
+    right-padded to the longest (pad tokens, mask 0, log-prob 0)."""
+    require(len(batches) > 0, "batches", "a non-empty list of response batches", batches)
+    require(
+        len({batch.temperature for batch in batches}) == 1,
+        "batches",
+        "batches sampled at one temperature",
+        [batch.temperature for batch in batches],
+    )
+    prompt_width = max(batch.prompts.input_ids.shape[1] for batch in batches)
+    response_width = max(batch.response_ids.shape[1] for batch in batches)
+
+    def left(tensor: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.nn.functional.pad(tensor, (prompt_width - tensor.shape[1], 0), value=value)
+
+    def right(tensor: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.nn.functional.pad(tensor, (0, response_width - tensor.shape[1]), value=value)
+
+    prompts = PromptBatch(
+        torch.cat([left(batch.prompts.input_ids, pad_id) for batch in batches]),
+        torch.cat([left(batch.prompts.attention_mask, 0) for batch in batches]),
+        torch.cat([left(batch.prompts.position_ids, 0) for batch in batches]),
+    )
+    return ResponseBatch(
+        prompts,
+        torch.cat([right(batch.response_ids, pad_id) for batch in batches]),
+        torch.cat([right(batch.response_mask, 0) for batch in batches]),
+        torch.cat([right(batch.logprobs, 0.0) for batch in batches]),
+        batches[0].temperature,
+    )
 
 
 def sequence_layout(prompts: PromptBatch, response_ids: torch.Tensor, response_mask: torch.Tensor):

@@ -10,10 +10,7 @@ the episode, and nothing flows back from the padding.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +33,11 @@ from rlkit.llm.tokenizer import require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
+    PhaseTimer,
     adamw_with_decay_groups,
     base_model,
+    frozen,
+    rows,
     split,
 )
 from rlkit.losses import (
@@ -275,36 +275,6 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
         )
 
 
-class PhaseTimer:
-    """Seconds spent in each named phase of an iteration (Chapter 13 distributes these phases). On
-    CUDA each phase waits for the device at its start and end: kernels run asynchronously, and
-    their time would otherwise be counted in whichever later phase first waits for a result."""
-
-    def __init__(self, device: str | torch.device = "cpu"):
-        self.seconds = {phase: 0.0 for phase in PHASES}
-        device = torch.device(device)
-        self.synchronize = (
-            (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-        )
-
-    @contextlib.contextmanager
-    def __call__(self, phase: str) -> Iterator[None]:
-        self.synchronize()
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.synchronize()
-            self.seconds[phase] += time.perf_counter() - start
-
-
-def rows(prompts: PromptBatch, index: torch.Tensor) -> PromptBatch:
-    """The prompts of the rows ``index``."""
-    return PromptBatch(
-        prompts.input_ids[index], prompts.attention_mask[index], prompts.position_ids[index]
-    )
-
-
 def response_values(
     critic: ValueHeadModel, prompts: PromptBatch, response_ids: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
@@ -437,7 +407,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     # ---- one iteration ---------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:
-        config, timer = self.config, PhaseTimer(self.config.device)
+        config, timer = self.config, PhaseTimer(PHASES, self.config.device)
         prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
         # the rollout's forward passes run under the same autocast as the training steps, so that
         # old and new log-probabilities (and values) are one computation and the first ratio is 1
@@ -687,10 +657,3 @@ class Minibatch:
                 )
             ),
         )
-
-
-def frozen(model: torch.nn.Module) -> torch.nn.Module:
-    """``model`` in eval mode with every weight's gradient off: it takes part, it does not learn."""
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    return model.eval()

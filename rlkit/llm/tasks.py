@@ -46,6 +46,14 @@ class Task:
         10)."""
         return float(completion == self.answer(prompt))
 
+    def position_reward(self, prompt: str, completion: str) -> float:
+        """Partial credit: the share of the answer's positions that the completion gets right,
+        out of the longer of the two (so a missing or an extra character costs its share); 1.0
+        only for the exact answer."""
+        answer = self.answer(prompt)
+        right = sum(a == b for a, b in zip(answer, completion))
+        return right / max(len(answer), len(completion), 1)
+
     @property
     def max_answer_length(self) -> int:
         raise NotImplementedError

@@ -16,12 +16,14 @@ weights.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
 
+from rlkit.llm.generation import PromptBatch
 from rlkit.llm.models import FAMILIES, context_length
 from rlkit.training import (
     Trainer,
@@ -276,3 +278,40 @@ def trainable_share(model: torch.nn.Module) -> float:
     """The fraction of the model's weights that training changes (1 without LoRA)."""
     total = sum(p.numel() for p in model.parameters())
     return sum(p.numel() for p in model.parameters() if p.requires_grad) / max(1, total)
+
+
+class PhaseTimer:
+    """Seconds spent in each named phase of an iteration (Chapter 13 distributes these phases). On
+    CUDA each phase waits for the device at its start and end: kernels run asynchronously, and
+    their time would otherwise be counted in whichever later phase first waits for a result."""
+
+    def __init__(self, phases: Sequence[str], device: str | torch.device = "cpu"):
+        self.seconds = {phase: 0.0 for phase in phases}
+        device = torch.device(device)
+        self.synchronize = (
+            (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        )
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        self.synchronize()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.synchronize()
+            self.seconds[phase] += time.perf_counter() - start
+
+
+def rows(prompts: PromptBatch, index: torch.Tensor) -> PromptBatch:
+    """The prompts of the rows ``index``."""
+    return PromptBatch(
+        prompts.input_ids[index], prompts.attention_mask[index], prompts.position_ids[index]
+    )
+
+
+def frozen(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` in eval mode with every weight's gradient off: it takes part, it does not learn."""
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model.eval()
