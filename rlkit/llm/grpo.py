@@ -268,11 +268,13 @@ class GRPOConfig(LanguageModelTrainingConfig):
     # "exact": 1 for the exact answer, else 0; "positions": the share of the answer's positions
     # right (partial credit, a signal where exact answers are rare)
     reward: str = "positions"
-    num_iterations: int = 100  # iterations of sample, score, advantages, update
+    num_iterations: int = 600  # iterations of sample, score, advantages, update
     prompts_per_iteration: int = 8  # distinct prompts per iteration
     group_size: int = 8  # completions per prompt (TRL's num_generations)
     max_new_tokens: int = 8  # the completion's length limit (TRL's max_completion_length)
-    temperature: float = 1.0  # for sampling and for every log-probability recomputed
+    # for sampling and for every log-probability recomputed: at 1.0 the under-trained start
+    # answers 3% of prompts exactly and its partial credit is noisy; at 0.6 it learns steadily
+    temperature: float = 0.6
     scale: str = "group"  # divide advantages by the std of the "group", the "batch", or "none"
     baseline: str = "mean"  # the group baseline: "mean" (GRPO) or "leave_one_out" (RLOO)
     loss_type: str = "grpo"  # "grpo", "bnpo", "dr_grpo" or "dapo"
@@ -289,7 +291,7 @@ class GRPOConfig(LanguageModelTrainingConfig):
     # DAPO's soft over-long punishment over the last this many tokens (None: off)
     overlong_buffer: int | None = None
     mask_truncated_completions: bool = False  # a completion without EOS adds nothing to the loss
-    learning_rate: float = 1e-3  # the policy's AdamW step size
+    learning_rate: float = 3e-4  # the policy's AdamW step size (1e-3 unlearns the start first)
     warmup_steps: int = 0  # in optimizer steps
 
     def __post_init__(self) -> None:

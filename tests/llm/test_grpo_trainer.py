@@ -1,0 +1,186 @@
+"""The GRPO trainer on tiny models built from a config: the first step is the policy gradient (ratio
+1), no reference without a KL term, a frozen reference with one, the LoRA reference is the base
+model, dynamic sampling keeps the batch's size and trains on informative groups, truncated
+completions can be masked, the same seed gives the same run, a resumed run equals the
+uninterrupted one, every phase is timed, and bad settings name their field."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rlkit.llm.grpo import PHASES, GRPOConfig, GRPOTrainer, PhaseTimer
+from rlkit.llm.models import build_causal_lm, tiny_config
+from rlkit.llm.tokenizer import build_char_tokenizer
+
+SMALL = dict(num_iterations=3, prompts_per_iteration=4, group_size=4, num_digits=4)
+
+
+def trainer_for(config, **kwargs):
+    tokenizer = build_char_tokenizer()
+    policy = build_causal_lm(tiny_config(tokenizer), seed=config.seed)
+    return GRPOTrainer(config, policy=policy, tokenizer=tokenizer, **kwargs)
+
+
+def run(trainer, iterations):
+    for _ in range(iterations):
+        trainer.run_update()
+    return trainer.history
+
+
+def without_timings(rows):
+    return [{k: v for k, v in row.items() if not k.startswith("seconds_")} for row in rows]
+
+
+def test_one_step_per_batch_is_on_policy_and_every_phase_is_timed():
+    trainer = trainer_for(GRPOConfig(**SMALL))
+    row = run(trainer, 1)[0]
+    assert row["clip_fraction"] == 0.0  # the old log-probs are the current ones: ratio 1
+    for phase in PHASES:
+        assert row[f"seconds_{phase}"] >= 0.0
+    assert row["seconds_generate"] > 0 and row["seconds_policy"] > 0
+    for name in ("reward", "exact_match_sampled", "zero_variance_groups", "completion_length"):
+        assert name in row
+
+
+def test_without_a_kl_term_no_reference_is_kept_and_with_one_it_stays_frozen():
+    assert trainer_for(GRPOConfig(**SMALL)).reference is None
+    trainer = trainer_for(GRPOConfig(**SMALL, beta=0.1, learning_rate=1e-2))
+    before = copy.deepcopy(trainer.reference.state_dict())
+    history = run(trainer, 2)
+    assert all(not p.requires_grad and p.grad is None for p in trainer.reference.parameters())
+    for key, value in trainer.reference.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # sampled by the reference itself
+    assert history[1]["kl"] > 0.0
+
+
+def test_several_epochs_clip_and_match_the_rollout_s_log_probs():
+    config = GRPOConfig(**SMALL, num_epochs=3, minibatch_size=8, learning_rate=1e-2)
+    row = run(trainer_for(config), 1)[0]
+    assert row["clip_fraction"] > 0.0  # later epochs moved the ratio out of the range
+
+
+def test_with_lora_the_reference_is_the_base_model():
+    pytest.importorskip("peft")
+    tokenizer = build_char_tokenizer()
+    policy = build_causal_lm(tiny_config(tokenizer), seed=0)
+    base = copy.deepcopy(policy).eval()
+    trainer = GRPOTrainer(
+        GRPOConfig(**SMALL, beta=0.1, lora_rank=4, learning_rate=1e-2),
+        policy=policy,
+        tokenizer=tokenizer,
+    )
+    assert trainer.reference is None
+    run(trainer, 2)
+    assert all("lora" in name for name, p in trainer.model.named_parameters() if p.requires_grad)
+    from rlkit.llm.generation import generate
+
+    torch.manual_seed(0)
+    batch = generate(base, tokenizer, ["S1234:", "S4321:"], 5)
+    with torch.no_grad():
+        reference = trainer.reference_logprobs(batch)
+    torch.testing.assert_close(reference, batch.logprobs, atol=1e-6, rtol=0)
+
+
+def test_dynamic_sampling_keeps_the_batch_size_and_prefers_informative_groups():
+    # the exact-match reward of an untrained model is 0 almost everywhere: most groups are constant
+    config = GRPOConfig(**SMALL, reward="exact", dynamic_sampling_rounds=2)
+    trainer = trainer_for(config)
+    row = run(trainer, 1)[0]
+    assert row["sampling_rounds"] == 3.0  # it looked twice more for groups with signal
+    assert row["zero_variance_groups"] == 1.0 and row["zero_variance_groups_trained"] == 1.0
+
+
+def test_dynamic_sampling_assembles_groups_from_several_rounds():
+    """The assembled batch holds each chosen group's rows whole, its rewards beside them."""
+
+    config = GRPOConfig(**SMALL, dynamic_sampling_rounds=3)
+    trainer = trainer_for(config)
+    timer = PhaseTimer(PHASES)
+    rounds = [trainer._sample(timer) for _ in range(2)]
+    chosen = [(0, 1), (1, 0), (1, 3), (0, 2)]
+    rollout = trainer._assemble(rounds, sorted(chosen))
+    assert rollout.batch.response_ids.shape[0] == 16
+    for position, (r, g) in enumerate(sorted(chosen)):
+        source = rounds[r].batch
+        for i in range(4):
+            row, src = position * 4 + i, g * 4 + i
+            valid = int(source.response_mask[src].sum())
+            assert torch.equal(
+                rollout.batch.response_ids[row, :valid], source.response_ids[src, :valid]
+            )
+            assert torch.equal(rollout.batch.logprobs[row, :valid], source.logprobs[src, :valid])
+            assert int(rollout.batch.response_mask[row].sum()) == valid
+
+
+def test_truncated_completions_can_be_masked_out_of_the_loss():
+    config = GRPOConfig(**SMALL, max_new_tokens=2, mask_truncated_completions=True)
+    trainer = trainer_for(config)
+    rollout, _ = trainer._rollout(PhaseTimer(PHASES))
+    ended = (rollout.batch.response_ids == trainer.tokenizer.eos_token_id).any(dim=1)
+    assert torch.equal(rollout.loss_mask.sum(dim=1) > 0, ended)
+
+
+def test_the_same_seed_gives_the_same_run_and_a_resumed_run_equals_the_whole(tmp_path):
+    config = GRPOConfig(**SMALL, seed=3, beta=0.05, num_epochs=2, minibatch_size=8)
+    whole = run(trainer_for(config), 3)
+    assert without_timings(run(trainer_for(config), 3)) == without_timings(whole)
+    other = run(trainer_for(GRPOConfig(**SMALL, seed=4)), 3)
+    assert without_timings(other) != without_timings(whole)
+    first = trainer_for(config)
+    run(first, 1)
+    torch.save(first.state_dict(), tmp_path / "state.pt")
+    resumed = trainer_for(config)
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert without_timings(run(resumed, 2)) == without_timings(whole)
+
+
+def test_micro_batches_give_the_gradient_of_the_whole_batch():
+    """Each loss type's micro-batch weights add up to the whole batch's loss: the accumulated
+    gradient is the same (compared before the optimizer step, since Adam's first step divides by
+    the gradient's own size and would magnify rounding)."""
+    for loss_type in ("grpo", "bnpo", "dapo", "dr_grpo"):
+        gradients = []
+        for size in (None, 4):
+            trainer = trainer_for(GRPOConfig(**SMALL, loss_type=loss_type, micro_batch_size=size))
+            trainer.optimizer.step = lambda: None
+            run(trainer, 1)
+            gradients.append([p.grad.clone() for p in trainer.model.parameters()])
+        if loss_type == "bnpo":  # TRL's bnpo averages the micro-batches' token means: another
+            # gradient when the micro-batches hold different numbers of tokens
+            assert any(not torch.allclose(a, b) for a, b in zip(*gradients))
+            continue
+        for whole, split in zip(*gradients):
+            torch.testing.assert_close(split, whole, rtol=1e-5, atol=1e-8, msg=loss_type)
+
+
+def test_fit_returns_the_trained_policy():
+    from rlkit.training import fit
+
+    result = fit(trainer_for(GRPOConfig(**SMALL | dict(num_iterations=1))))
+    assert result.model is result.agent and result.tokenizer is not None
+    assert len(result.history) == 1
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(group_size=1), "group_size"),
+        (dict(loss_type="sum"), "loss_type"),
+        (dict(clip_eps=0.2, clip_eps_high=0.1), "clip_eps_high"),
+        (dict(minibatch_size=5), "minibatch_size"),
+        (dict(scale="std"), "scale"),
+        (dict(baseline="median"), "baseline"),
+        (dict(reward="gold"), "reward"),
+        (dict(overlong_buffer=8), "overlong_buffer"),
+        (dict(importance_sampling="group"), "importance_sampling"),
+        (dict(beta=-0.1), "beta"),
+        (dict(dynamic_sampling_rounds=-1), "dynamic_sampling_rounds"),
+    ],
+)
+def test_bad_settings_name_the_field(change, field):
+    with pytest.raises(ValueError, match=field):
+        GRPOConfig(**SMALL | change)
