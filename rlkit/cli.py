@@ -13,6 +13,7 @@ their held-out exact match, oracle score and KL to the reference:
     rlkit train sft --seed 0 --out runs/sft [--model NAME_OR_PATH]
     rlkit train reward-model --model runs/sft --out runs/rm
     rlkit train rlhf-ppo --model runs/sft --reward-model runs/rm --out runs/ppo
+    rlkit train grpo --model runs/sft --out runs/grpo
     rlkit eval runs/ppo
 
 ``rlkit train ALGO --help`` lists every hyperparameter with its default and meaning, read from the
@@ -190,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="NAME_OR_PATH",
                 help="start from this model: a run folder (its model/), a saved model's folder or "
                 "a hub name (default: "
-                + ("a tiny model built from the config)" if name != "rlhf-ppo" else "required)"),
+                + ("required)" if spec.model_required else "a tiny model built from the config)"),
             )
             if spec.reward_model_field is not None:
                 sub.add_argument(

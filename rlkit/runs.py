@@ -60,6 +60,7 @@ class Algorithm:
     # environment algorithm, whose runs are measured by their returns)
     model_field: str | None = None
     reward_model_field: str | None = None
+    model_required: bool = False  # RL from a model: --model names the start (no tiny default)
 
     @property
     def module(self) -> Any:
@@ -119,6 +120,10 @@ ALGORITHMS = {
             "RLHFPPOTrainer",
             "sft_folder",
             "reward_model_folder",
+            model_required=True,
+        ),
+        Algorithm(
+            "grpo", "rlkit.llm.grpo", "GRPOConfig", "GRPOTrainer", "sft_folder", model_required=True
         ),
     )
 }

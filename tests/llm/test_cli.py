@@ -1,6 +1,6 @@
-"""Language-model runs on the command line: ``rlkit train sft | reward-model | rlhf-ppo``, run
-folders with a saved model that ``--model`` starts the next run from, exact resume, and ``rlkit
-eval`` of a language-model run."""
+"""Language-model runs on the command line: ``rlkit train sft | reward-model | rlhf-ppo | grpo``,
+run folders with a saved model that ``--model`` starts the next run from, exact resume, and
+``rlkit eval`` of a language-model run."""
 
 import csv
 import json
@@ -158,3 +158,24 @@ def test_deep_rl_commands_never_load_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_grpo_trains_from_an_sft_run_and_eval_reports_it(runs, capsys):
+    grpo = ["train", "grpo", "--model", str(runs / "sft"), "--out", str(runs / "grpo")]
+    small = ["--set", "prompts_per_iteration=2", "--set", "group_size=4"]
+    assert main([*grpo, "--set", "num_iterations=3", "--set", "beta=0.05", *small]) == 0
+    config = json.loads((runs / "grpo" / "config.json").read_text())
+    assert config["algorithm"] == "grpo"
+    assert config["config"]["sft_folder"] == str(runs / "sft" / MODEL_FOLDER)
+    with open(runs / "grpo" / "metrics.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert [row["iteration"] for row in rows] == ["1", "2", "3"]
+    assert "zero_variance_groups" in rows[0]
+    assert main(["eval", str(runs / "grpo"), "--prompts", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "  exact_match = " in out and "  kl = " in out
+
+
+def test_grpo_without_a_model_is_refused_by_name(tmp_path, capsys):
+    assert main(["train", "grpo", "--out", str(tmp_path / "g")]) == 1
+    assert "sft_folder" in capsys.readouterr().err
