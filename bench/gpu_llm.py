@@ -25,6 +25,10 @@ untimed one: generation and training tokens/s, each phase's share of an iteratio
 On a CPU the same script runs tiny models (two layers, 64 wide) for a few steps: a smoke test that
 the GPU path works end to end, run by ``make test``.
 
+**grpo** (Chapter 11): ``GRPOTrainer`` on the same 0.4B policy shape, one model (no critic, no
+reward model, no reference at beta 0), 8 prompts x 8 completions on CUDA: generation and training
+tokens/s, each phase's share, peak memory.
+
     python bench/gpu_llm.py                  # every section: the large models on CUDA when there
                                              # is one, else the tiny smoke test
     python bench/gpu_llm.py --size tiny --section rlhf-ppo   # one section's smoke test anywhere
@@ -43,6 +47,8 @@ from transformers import AutoModelForCausalLM, GPT2Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rlkit.llm.generation import generate_without_model_defaults, left_pad, sampling_config  # noqa: E402
+from rlkit.llm.grpo import PHASES as GRPO_PHASES  # noqa: E402
+from rlkit.llm.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from rlkit.llm.models import (  # noqa: E402
     build_causal_lm,
     build_reward_model,
@@ -263,7 +269,61 @@ def rlhf_ppo_section(args, device: str) -> None:
     )
 
 
-SECTIONS = {"sft": sft_section, "rlhf-ppo": rlhf_ppo_section}
+def grpo_section(args, device: str) -> None:
+    """A few timed GRPO iterations after an untimed one, on the RLHF-PPO section's policy shape:
+    one model (no critic, no reward model), groups of 8 completions per prompt."""
+    shape, num_digits, batch_size, _ = RLHF_SIZES[args.size]
+    iterations = args.steps or (4 if device == "cuda" else 2)
+    tokenizer = build_char_tokenizer()
+    model_config = tiny_config(tokenizer, max_positions=2 * num_digits + 8, **shape)
+    policy = build_causal_lm(model_config, seed=0)
+    group_size = 8
+    config = GRPOConfig(
+        num_digits=num_digits,
+        max_new_tokens=num_digits + 2,
+        prompts_per_iteration=batch_size // group_size,
+        group_size=group_size,
+        num_iterations=iterations + 1,
+        device=device,
+    )
+    trainer = GRPOTrainer(config, policy, tokenizer)
+    print(
+        f"[grpo] {args.size}: one model of {count_parameters(policy) / 1e6:.2f}M parameters on "
+        f"{device}, {config.prompts_per_iteration} prompts x {group_size} completions, bf16 "
+        f"autocast {'on' if device == 'cuda' else 'off'}"
+    )
+    trainer.run_update()  # untimed: first-call costs
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rows = [trainer.run_update() for _ in range(iterations)]
+    completions = config.batch_size
+    generated = sum(row["completion_length"] * completions for row in rows)
+    generate_seconds = sum(row["seconds_generate"] for row in rows)
+    # one forward and backward pass of the policy over every prompt and completion token
+    trained = sum(
+        (row["completion_length"] + trainer.task.max_prompt_length + 1) * completions
+        for row in rows
+    )
+    train_seconds = sum(row["seconds_policy"] for row in rows)
+    total = sum(row[f"seconds_{phase}"] for row in rows for phase in GRPO_PHASES)
+    print(
+        f"generation: {generated / generate_seconds:,.0f} tokens/s; training: "
+        f"{trained / train_seconds:,.0f} tokens/s (forward and backward)"
+    )
+    shares = ", ".join(
+        f"{phase} {100 * sum(row[f'seconds_{phase}'] for row in rows) / total:.0f}%"
+        for phase in GRPO_PHASES
+    )
+    print(f"an iteration: {total / iterations:.2f} s ({shares})")
+    if device == "cuda":
+        print(f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most")
+    print(
+        f"result: grpo_generation_tokens_per_s = {generated / generate_seconds:.0f} "
+        "(goal: reported)"
+    )
+
+
+SECTIONS = {"sft": sft_section, "rlhf-ppo": rlhf_ppo_section, "grpo": grpo_section}
 
 
 def main() -> None:
