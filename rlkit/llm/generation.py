@@ -315,6 +315,69 @@ def generate_without_model_defaults(
         model.generation_config = saved
 
 
+DECODERS = ("hf", "kv_loop")
+
+
+@torch.no_grad()
+def decode_with_cache(
+    model: PreTrainedModel,
+    prompts: PromptBatch,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    greedy: bool = False,
+) -> torch.Tensor:
+    """Response tokens ``[B, <= max_new_tokens]``, decoded with the KV cache by a plain loop: one
+    forward pass over the prompts, then one per new token, each row's next token drawn from
+    ``softmax(logits / temperature)`` (or its argmax) until every row has sampled EOS; after its
+    EOS a row gets ``pad_id``.
+
+    It computes what ``model.generate`` does for plain sampling (no top-k, top-p or penalties) with
+    less machinery per token, which for a small model is most of the time. Sampling draws from
+    torch's global generator, as ``generate`` does."""
+    attention_mask = prompts.attention_mask
+    positions = prompts.position_ids[:, -1:]
+    output = last_logits_and_cache(
+        model, prompts.input_ids, attention_mask, prompts.position_ids, None
+    )
+    finished = torch.zeros(
+        prompts.input_ids.shape[0], dtype=torch.bool, device=attention_mask.device
+    )
+    tokens = []
+    for step in range(max_new_tokens):
+        logits, cache = output
+        if greedy:
+            token = logits.argmax(dim=-1)
+        else:
+            probabilities = torch.softmax(logits.float() / temperature, dim=-1)
+            token = torch.multinomial(probabilities, num_samples=1).squeeze(1)
+        token = token.masked_fill(finished, pad_id)
+        tokens.append(token)
+        finished |= token == eos_id
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        positions = positions + 1
+        output = last_logits_and_cache(model, token[:, None], attention_mask, positions, cache)
+    return torch.stack(tokens, dim=1)
+
+
+def last_logits_and_cache(model, input_ids, attention_mask, position_ids, cache):
+    """The last column's logits ``[B, V]`` and the updated KV cache."""
+    inputs = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        inputs["logits_to_keep"] = 1  # the output layer on the last column only
+    output = model(**inputs)
+    return output.logits[:, -1], output.past_key_values
+
+
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
@@ -325,23 +388,50 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     greedy: bool = False,
+    decoder: str = "hf",
+    with_logprobs: bool = True,
 ) -> ResponseBatch:
-    """Sample one response per prompt with ``model.generate`` (KV cache), and score it in the RL
-    layout.
+    """Sample one response per prompt with the KV cache, and score it in the RL layout.
 
-    Sampling draws from torch's global generator: seed it (``torch.manual_seed``) for the same
-    samples. The log-probs come from a second forward pass over prompt and response
-    (``response_logprobs``), the same computation the training loss does, so the policy ratio starts
-    at exactly 1. With ``top_k`` or ``top_p`` the tokens were sampled from a truncated distribution
-    that these log-probs do not describe.
+    ``decoder``: ``"hf"``, ``model.generate``; ``"kv_loop"``, ``decode_with_cache`` (plain
+    sampling only: no ``top_k`` or ``top_p``). Sampling draws from torch's global generator: seed
+    it (``torch.manual_seed``) for the same samples. The log-probs come from a second forward pass
+    over prompt and response (``response_logprobs``), the same computation the training loss does,
+    so the policy ratio starts at exactly 1; ``with_logprobs=False`` skips that pass (the batch's
+    ``logprobs`` are then zeros) for a trainer that recomputes them with gradients anyway. With
+    ``top_k`` or ``top_p`` the tokens were sampled from a truncated distribution that these
+    log-probs do not describe.
     """
+    require(decoder in DECODERS, "decoder", f"one of {DECODERS}", decoder)
+    require(
+        decoder == "hf" or (top_k is None and top_p is None),
+        "decoder",
+        "'hf' with top_k or top_p (the 'kv_loop' decoder samples the plain distribution)",
+        decoder,
+    )
     prompt_batch = encode_prompts(tokenizer, prompts, model, max_new_tokens)
     config = sampling_config(tokenizer, max_new_tokens, temperature, top_k, top_p, greedy)
-    output = generate_without_model_defaults(model, prompt_batch, config)
-    response_ids = output.sequences[:, prompt_batch.input_ids.shape[1] :]
+    pad_id = require_pad_token(tokenizer)
+    if decoder == "hf":
+        output = generate_without_model_defaults(model, prompt_batch, config)
+        response_ids = output.sequences[:, prompt_batch.input_ids.shape[1] :]
+    else:
+        with eval_mode(model):
+            response_ids = decode_with_cache(
+                model,
+                prompt_batch,
+                max_new_tokens,
+                tokenizer.eos_token_id,
+                pad_id,
+                temperature,
+                greedy,
+            )
     mask = response_mask(response_ids, tokenizer.eos_token_id)
-    response_ids = response_ids.masked_fill(mask == 0, require_pad_token(tokenizer))
+    response_ids = response_ids.masked_fill(mask == 0, pad_id)
     used_temperature = 1.0 if greedy else temperature
+    if not with_logprobs:
+        logprobs = torch.zeros(response_ids.shape, device=response_ids.device)
+        return ResponseBatch(prompt_batch, response_ids, mask, logprobs, used_temperature)
     with eval_mode(model):
         logprobs = response_logprobs(model, prompt_batch, response_ids, mask, used_temperature)
     return ResponseBatch(prompt_batch, response_ids, mask, logprobs, used_temperature)

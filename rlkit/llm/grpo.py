@@ -33,6 +33,7 @@ from transformers import AutoTokenizer, PreTrainedModel
 
 from rlkit.llm.evaluation import held_out_scores, heldout_prompts
 from rlkit.llm.generation import (
+    DECODERS,
     ResponseBatch,
     concatenate_responses,
     generate,
@@ -291,6 +292,9 @@ class GRPOConfig(LanguageModelTrainingConfig):
     # DAPO's soft over-long punishment over the last this many tokens (None: off)
     overlong_buffer: int | None = None
     mask_truncated_completions: bool = False  # a completion without EOS adds nothing to the loss
+    # "kv_loop": rlkit's decoding loop (decode_with_cache: generate's tokens with less overhead
+    # per token, which dominates for small models); "hf": model.generate
+    decoder: str = "kv_loop"
     learning_rate: float = 3e-4  # the policy's AdamW step size (1e-3 unlearns the start first)
     warmup_steps: int = 0  # in optimizer steps
 
@@ -352,6 +356,7 @@ class GRPOConfig(LanguageModelTrainingConfig):
             f"None or an integer in [1, max_new_tokens) ({self.max_new_tokens})",
             self.overlong_buffer,
         )
+        require(self.decoder in DECODERS, "decoder", f"one of {DECODERS}", self.decoder)
         require(
             isinstance(self.mask_truncated_completions, bool),
             "mask_truncated_completions",
@@ -363,6 +368,11 @@ class GRPOConfig(LanguageModelTrainingConfig):
     def batch_size(self) -> int:
         """Completions per iteration."""
         return self.prompts_per_iteration * self.group_size
+
+    @property
+    def one_step_per_batch(self) -> bool:
+        """One epoch of one minibatch: the policy that sampled is the one that steps."""
+        return self.num_epochs == 1 and self.minibatch_size in (None, self.batch_size)
 
 
 @dataclass
@@ -439,6 +449,10 @@ class GRPOTrainer(LanguageModelTrainer):
         self.shuffle = torch.Generator().manual_seed(config.seed)
 
     @property
+    def on_policy(self) -> bool:
+        return self.config.one_step_per_batch
+
+    @property
     def subject(self) -> str:
         return f"sort ({self.config.num_digits} digits), {self.config.reward} reward"
 
@@ -510,7 +524,14 @@ class GRPOTrainer(LanguageModelTrainer):
         repeated = [prompt for prompt in prompts for _ in range(config.group_size)]
         with timer("generate"), self.autocast():
             batch = generate(
-                self.model, self.tokenizer, repeated, config.max_new_tokens, config.temperature
+                self.model,
+                self.tokenizer,
+                repeated,
+                config.max_new_tokens,
+                config.temperature,
+                decoder=config.decoder,
+                # on policy, the loss detaches the current log-probs: no pass computes old ones
+                with_logprobs=not self.on_policy,
             )
         with timer("score"):
             texts = batch.texts(self.tokenizer)
@@ -601,7 +622,7 @@ class GRPOTrainer(LanguageModelTrainer):
         """``num_epochs`` passes over the completions, one ``grpo_loss`` step per minibatch."""
         config = self.config
         size = config.minibatch_size or config.batch_size
-        on_policy = config.num_epochs == 1 and size == config.batch_size
+        on_policy = self.on_policy
         sums, steps = {}, 0
         for _ in range(config.num_epochs):
             order = (
