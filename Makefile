@@ -127,7 +127,7 @@ test:
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
-		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1'"
+		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO and GRPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1'"
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
@@ -149,6 +149,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/a3c_scaling.py $(BENCH_FLAGS)
 	$(BIN)/python bench/ppo_cartpole.py $(BENCH_FLAGS)
 	$(BIN)/python bench/rlhf_ppo.py $(BENCH_FLAGS)
+	$(BIN)/python bench/grpo_trl.py $(BENCH_FLAGS)
 	$(BIN)/python bench/gpu_llm.py $(BENCH_FLAGS)
 
 clean:
