@@ -123,7 +123,7 @@ test:
 		"lint (ruff format --check, ruff check)=$(MAKE) --no-print-directory lint" \
 		"unit and learning tests, $(JOBS) workers=$(PYTEST) $(XDIST) -q -m 'not book and not alone'" \
 		"tests that need both cores (A3C), alone=$(PYTEST) -q -m 'alone and not book'" \
-		"notebooks executed, $(JOBS) at a time (Chapter 6 alone)!=$(MAKE) --no-print-directory notebooks" \
+		"notebooks executed, $(JOBS) at a time (Chapters 6 and 10 alone)!=$(MAKE) --no-print-directory notebooks" \
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
