@@ -4,7 +4,8 @@ cache.
 `make book` executes each notebook in a fresh kernel, two at a time (tools/execute_notebooks.py),
 and stores the result in _build/.jupyter_cache, where the book build finds it; these tests read that
 record instead of executing the notebook a second time. Its time was measured with another notebook
-running beside it, so the 180-second limit holds on one core of two.
+running beside it (but for the few that run alone: `NOTEBOOKS_ALONE` in the Makefile), so the
+180-second limit holds on one core of two.
 """
 
 from __future__ import annotations
