@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from transformers import AutoTokenizer, PreTrainedModel
@@ -43,6 +42,7 @@ from rlkit.llm.models import load_causal_lm
 from rlkit.llm.tasks import SortTask, TaskData
 from rlkit.llm.tokenizer import require_pad_token
 from rlkit.llm.trainer import (
+    LanguageModelResult,
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
     PhaseTimer,
@@ -59,7 +59,6 @@ from rlkit.losses import (
     zero_padding,
 )
 from rlkit.training import (
-    TrainResult,
     is_count,
     is_finite_number,
     random_state,
@@ -713,8 +712,8 @@ class GRPOTrainer(LanguageModelTrainer):
                 per_prompt=per_prompt,
             )
 
-    def result(self) -> GRPOResult:
-        return GRPOResult(self.config, self.model, self.history, tokenizer=self.tokenizer)
+    def result(self) -> LanguageModelResult:
+        return LanguageModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer)
 
     def _state(self) -> dict:
         return {
@@ -727,14 +726,3 @@ class GRPOTrainer(LanguageModelTrainer):
         super()._load_state(state)
         self.shuffle.set_state(state["shuffle"])
         set_random_state(self.data.train_rng, state["data_rng"])
-
-
-@dataclass
-class GRPOResult(TrainResult):
-    """The trained policy (``agent``, also ``model``), its tokenizer and the history."""
-
-    tokenizer: Any = None
-
-    @property
-    def model(self) -> PreTrainedModel:
-        return self.agent

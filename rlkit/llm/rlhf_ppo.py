@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from transformers import AutoTokenizer, PreTrainedModel
@@ -31,6 +30,7 @@ from rlkit.llm.reward_model import score
 from rlkit.llm.tasks import PreferenceOracle, SortTask, TaskData
 from rlkit.llm.tokenizer import require_pad_token
 from rlkit.llm.trainer import (
+    LanguageModelResult,
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
     PhaseTimer,
@@ -50,7 +50,6 @@ from rlkit.losses import (
     masked_whiten,
 )
 from rlkit.training import (
-    TrainResult,
     is_count,
     is_finite_number,
     random_state,
@@ -617,15 +616,8 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         set_random_state(self.data.train_rng, state["data_rng"])
 
 
-@dataclass
-class RLHFPPOResult(TrainResult):
+class RLHFPPOResult(LanguageModelResult):
     """The trained actor (``agent``, also ``model``), its critic and tokenizer, and the history."""
-
-    tokenizer: Any = None
-
-    @property
-    def model(self) -> PreTrainedModel:
-        return self.agent
 
 
 @dataclass

@@ -14,7 +14,6 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,13 +26,13 @@ from rlkit.llm.models import build_causal_lm, load_causal_lm, tiny_config
 from rlkit.llm.tasks import TASKS, Example, PreferenceOracle, SortTask, Task, TaskData, make_task
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
 from rlkit.llm.trainer import (
+    LanguageModelResult,
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
     require_tiny_model_fields,
     split,
 )
 from rlkit.training import (
-    TrainResult,
     eval_mode,
     fit,
     is_count,
@@ -158,13 +157,8 @@ def evaluate_task(
     return {"exact_match": exact / len(examples), "mean_reward": rewards / len(examples)}
 
 
-@dataclass
-class SFTResult(TrainResult):
-    tokenizer: Any = None
-
-    @property
-    def model(self) -> PreTrainedModel:
-        return self.agent
+class SFTResult(LanguageModelResult):
+    """The fine-tuned model (``agent``, also ``model``), its tokenizer and the history."""
 
 
 class SFTTrainer(LanguageModelTrainer):

@@ -19,6 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -27,6 +28,7 @@ from rlkit.llm.generation import PromptBatch
 from rlkit.llm.models import FAMILIES, context_length
 from rlkit.training import (
     Trainer,
+    TrainResult,
     is_count,
     is_finite_number,
     is_seed,
@@ -114,6 +116,18 @@ class LanguageModelTrainingConfig:
             f"None or False on {self.device!r} (bf16 autocast is for CUDA devices that support it)",
             self.bf16,
         )
+
+
+@dataclass
+class LanguageModelResult(TrainResult):
+    """A language-model trainer's result: the trained model (``agent``, also ``model``), its
+    tokenizer and the history."""
+
+    tokenizer: Any = None
+
+    @property
+    def model(self) -> PreTrainedModel:
+        return self.agent
 
 
 def uses_bf16(config: LanguageModelTrainingConfig) -> bool:
