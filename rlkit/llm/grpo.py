@@ -227,10 +227,9 @@ def reduce_token_terms(
         return masked_mean(terms, mask, dim=1).mean()
     if loss_type == "dr_grpo":
         return terms.sum() / (terms.shape[0] * max_completion_length)
-    tokens = mask.sum().clamp(min=1) if num_tokens_in_batch is None else num_tokens_in_batch
-    if loss_type == "bnpo":
-        tokens = mask.sum().clamp(min=1)
-    return terms.sum() / tokens
+    if loss_type == "dapo" and num_tokens_in_batch is not None:
+        return terms.sum() / num_tokens_in_batch
+    return terms.sum() / mask.sum().clamp(min=1)  # "bnpo", and "dapo" on one batch
 
 
 def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer: int) -> torch.Tensor:
@@ -621,7 +620,6 @@ class GRPOTrainer(LanguageModelTrainer):
         """``num_epochs`` passes over the completions, one ``grpo_loss`` step per minibatch."""
         config = self.config
         size = config.minibatch_size or config.batch_size
-        on_policy = self.on_policy
         sums, steps = {}, 0
         for _ in range(config.num_epochs):
             order = (
@@ -630,13 +628,13 @@ class GRPOTrainer(LanguageModelTrainer):
                 else torch.randperm(config.batch_size, generator=self.shuffle)
             )
             for start in range(0, config.batch_size, size):
-                stats = self._policy_step(rollout, order[start : start + size], on_policy)
+                stats = self._policy_step(rollout, order[start : start + size])
                 for name, value in stats.items():
                     sums[name] = sums.get(name, 0.0) + value
                 steps += 1
         return {name: value / steps for name, value in sums.items()}
 
-    def _policy_step(self, rollout: Rollout, index: torch.Tensor, on_policy: bool):
+    def _policy_step(self, rollout: Rollout, index: torch.Tensor):
         """One AdamW step on ``grpo_loss`` over the rows ``index``, in micro-batches weighted so
         that their sum is the loss of the whole minibatch."""
         config = self.config
@@ -654,7 +652,7 @@ class GRPOTrainer(LanguageModelTrainer):
                 batch.response_mask[piece],
                 config.temperature,
             )
-            old = logprobs.detach() if on_policy else batch.logprobs[piece]
+            old = logprobs.detach() if self.on_policy else batch.logprobs[piece]
             loss = grpo_loss(
                 logprobs,
                 old,
