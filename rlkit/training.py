@@ -4,6 +4,7 @@ evaluation."""
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -399,3 +400,40 @@ def fit(
         return result
     finally:
         trainer.close()
+
+
+def fit_side_by_side(
+    make_trainer: Callable[[Any], Trainer], configs: list, processes: int | None = None
+) -> list[TrainResult]:
+    """``fit(make_trainer(config))`` for each config, each in a fresh (spawned) process, at most
+    ``processes`` at a time (default: one per config, up to the machine's cores); the results in
+    the order of ``configs``.
+
+    Runs that differ only in their seed are independent, and a small model keeps one core busy:
+    two of them on two cores take the time of one. Each process uses this process's number of torch
+    threads, so a run computes exactly what ``fit`` computes here. ``make_trainer`` (a trainer
+    class, say) and the configs must be importable and picklable.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    require(
+        isinstance(configs, (list, tuple)) and len(configs) > 0,
+        "configs",
+        "a non-empty list of configs",
+        configs,
+    )
+    cores = os.cpu_count() or 1
+    processes = min(len(configs), cores) if processes is None else processes
+    require(is_count(processes), "processes", "an integer >= 1", processes)
+    with ProcessPoolExecutor(
+        processes,
+        mp_context=get_context("spawn"),
+        initializer=torch.set_num_threads,
+        initargs=(torch.get_num_threads(),),
+    ) as pool:
+        return list(pool.map(_fit_one, [make_trainer] * len(configs), configs))
+
+
+def _fit_one(make_trainer: Callable[[Any], Trainer], config: Any) -> TrainResult:
+    return fit(make_trainer(config))

@@ -63,3 +63,32 @@ def test_generation_restores_the_training_mode_when_generate_raises(monkeypatch)
     with pytest.raises(RuntimeError, match="generate failed"):
         generation.generate(model, tokenizer, ["S318402:"], max_new_tokens=4)
     assert seen == [False] and model.training
+
+
+def test_runs_side_by_side_compute_what_fit_computes_here_in_the_order_given():
+    from rlkit.reinforce import ReinforceConfig, ReinforceTrainer
+    from rlkit.training import fit, fit_side_by_side
+
+    configs = [
+        ReinforceConfig.for_env("CartPole-v1", seed=seed, total_steps=3000) for seed in (1, 0)
+    ]
+    here = [fit(ReinforceTrainer(config)) for config in configs]
+    apart = fit_side_by_side(ReinforceTrainer, configs)
+    assert [result.config.seed for result in apart] == [1, 0]
+    assert here[0].history != here[1].history  # two seeds: two runs, so the order is tested
+    for mine, theirs in zip(here, apart):
+        assert theirs.history == mine.history
+        assert all(
+            torch.equal(a, b) for a, b in zip(mine.agent.parameters(), theirs.agent.parameters())
+        )
+
+
+@pytest.mark.parametrize(
+    "configs, processes, field",
+    [([], None, "configs"), ("not a list", None, "configs"), ([object()], 0, "processes")],
+)
+def test_side_by_side_refuses_bad_input_by_name(configs, processes, field):
+    from rlkit.training import fit_side_by_side
+
+    with pytest.raises(ValueError, match=f"^{field} must be"):
+        fit_side_by_side(object, configs, processes)
