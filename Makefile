@@ -121,17 +121,22 @@ test-portability-learning: $(STAMP)
 	env $(OTHER_KERNELS) $(PYTEST) $(XDIST) -q -rA -m "learning and not alone"
 	env $(OTHER_KERNELS) $(PYTEST) -q -rA -m "learning and alone"
 
+# The tests' shared results and starting points (tests/conftest.py's run_cache), made new by each
+# `make test`: the benchmarks at its end read the SFT and reward models the learning tests built
+# instead of training them again (the same function and settings: rlhf_starting_point).
+TEST_RUN_CACHE := _build/test-run-cache
+
 test:
 	@$(PYTHON) .ci/parts.py \
 		"setup!=$(MAKE) --no-print-directory setup chromium" \
 		"lint (ruff format --check, ruff check)=$(MAKE) --no-print-directory lint" \
-		"unit and learning tests, $(JOBS) workers=$(PYTEST) $(XDIST) -q -m 'not book and not alone'" \
+		"unit and learning tests, $(JOBS) workers=rm -rf $(TEST_RUN_CACHE) && RLKIT_TEST_RUN_CACHE=$(CURDIR)/$(TEST_RUN_CACHE) $(PYTEST) $(XDIST) -q -m 'not book and not alone'" \
 		"tests that need both cores (A3C), alone=$(PYTEST) -q -m 'alone and not book'" \
 		"notebooks executed, $(JOBS) at a time (Chapters 6, 9 and 10 alone)!=$(MAKE) --no-print-directory notebooks" \
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
-		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO and GRPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1'"
+		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO and GRPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1' LLM_BENCH_CACHE=$(TEST_RUN_CACHE)"
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
@@ -147,13 +152,15 @@ assignments: $(STAMP)
 	@echo "Student release written to notebooks/assignments/release/"
 
 BENCH_FLAGS ?=
+# where the language-model benchmarks keep (and look for) their starting points
+LLM_BENCH_CACHE ?= _build/rlhf-cache
 bench: $(STAMP)
 	$(BIN)/python bench/gae.py $(BENCH_FLAGS)
 	$(BIN)/python bench/a2c_sb3.py $(BENCH_FLAGS)
 	$(BIN)/python bench/a3c_scaling.py $(BENCH_FLAGS)
 	$(BIN)/python bench/ppo_cartpole.py $(BENCH_FLAGS)
-	$(BIN)/python bench/rlhf_ppo.py $(BENCH_FLAGS)
-	$(BIN)/python bench/grpo_trl.py $(BENCH_FLAGS)
+	$(BIN)/python bench/rlhf_ppo.py $(BENCH_FLAGS) --cache $(LLM_BENCH_CACHE)
+	$(BIN)/python bench/grpo_trl.py $(BENCH_FLAGS) --cache $(LLM_BENCH_CACHE)
 	$(BIN)/python bench/gpu_llm.py $(BENCH_FLAGS)
 
 clean:

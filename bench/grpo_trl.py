@@ -164,7 +164,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ratios = []
     for seed in range(args.rounds):
-        sft = sft_starting_point(args.cache / f"sft-{seed}", seed=seed)
+        sft = sft_starting_point(args.cache / f"sft-start-{seed}", seed=seed)
         runs = {}
         order = ("rlkit", "trl") if seed % 2 == 0 else ("trl", "rlkit")
         for name in order:

@@ -44,19 +44,13 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer  # no
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rlkit.llm.evaluation import held_out_scores  # noqa: E402
 from rlkit.llm.models import load_causal_lm  # noqa: E402
-from rlkit.llm.reward_model import reward_model_starting_point  # noqa: E402
+from rlkit.llm.reward_model import rlhf_starting_point  # noqa: E402
 from rlkit.llm.rlhf_ppo import PHASES, RLHFPPOConfig, RLHFPPOTrainer  # noqa: E402
-from rlkit.llm.sft import sft_starting_point  # noqa: E402
 from rlkit.llm.tasks import PreferenceOracle, SortTask, TaskData  # noqa: E402
 
 SETTINGS = dict(batch_size=32, minibatch_size=16, ppo_epochs=2, max_new_tokens=8, temperature=0.7)
 SETTINGS.update(kl_coef=0.1, clip_eps=0.2, value_clip_eps=0.2, gamma=1.0, lam=0.95)
 SETTINGS.update(learning_rate=1e-4, critic_learning_rate=1e-4)
-
-
-def starting_point(cache: Path, seed: int) -> tuple[Path, Path]:
-    sft = sft_starting_point(cache / f"sft-{seed}", seed=seed)
-    return sft, reward_model_starting_point(cache / f"reward-model-{seed}", sft, seed)
 
 
 def scores_of(model, tokenizer, seed: int) -> dict[str, float]:
@@ -169,7 +163,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ratios, gold = [], {"rlkit": [], "trl": []}
     for seed in range(args.rounds):
-        sft, reward_model = starting_point(args.cache, seed)
+        sft, reward_model = rlhf_starting_point(args.cache, seed)
         ours, our_scores = rlkit_run(sft, reward_model, seed, args.iterations)
         theirs, their_scores = trl_run(sft, reward_model, seed, args.iterations)
         ratios.append(ours / theirs)

@@ -49,7 +49,10 @@ class RunCache:
 @pytest.fixture(scope="session")
 def run_cache(tmp_path_factory, worker_id) -> RunCache:
     """One folder per pytest run: the workers' common parent of their temporary folders under
-    xdist."""
+    xdist, or RLKIT_TEST_RUN_CACHE where it is set (``make test`` sets it to a new folder, so that
+    the benchmarks after the tests read the starting points the tests built)."""
+    if os.environ.get("RLKIT_TEST_RUN_CACHE"):
+        return RunCache(Path(os.environ["RLKIT_TEST_RUN_CACHE"]))
     base = tmp_path_factory.getbasetemp()
     return RunCache((base if worker_id == "master" else base.parent) / "shared-results")
 

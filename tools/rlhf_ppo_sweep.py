@@ -25,22 +25,15 @@ from pathlib import Path
 
 import torch
 
-from rlkit.llm.reward_model import reward_model_starting_point
+from rlkit.llm.reward_model import rlhf_starting_point
 from rlkit.llm.rlhf_ppo import RLHFPPOConfig, RLHFPPOTrainer
-from rlkit.llm.sft import sft_starting_point
-
-
-def starting_point(cache: Path, seed: int) -> tuple[Path, Path]:
-    """``(sft_folder, reward_model_folder)`` of ``seed``, built once under ``cache``."""
-    sft_folder = sft_starting_point(cache / f"sft-{seed}", seed=seed)
-    return sft_folder, reward_model_starting_point(cache / f"reward-model-{seed}", sft_folder, seed)
 
 
 def run(task: tuple) -> list[dict]:
     """One PPO run, scored before training and every ``eval_every`` iterations."""
     cache, seed, reward, kl_coef, iterations, eval_every, prompts = task
     torch.set_num_threads(1)
-    sft_folder, rm_folder = starting_point(cache, seed)
+    sft_folder, rm_folder = rlhf_starting_point(cache, seed)
     config = RLHFPPOConfig(
         sft_folder=str(sft_folder),
         reward_model_folder=str(rm_folder),

@@ -400,3 +400,14 @@ def reward_model_starting_point(
 
     settings = {**asdict(config), "sft_config": made_from}
     return folder_built_once(folder, settings, "reward_model_config.json", build)
+
+
+def rlhf_starting_point(cache: str | os.PathLike, seed: int = 0) -> tuple[Path, Path]:
+    """Seed ``seed``'s start for the RL chapters, ``(sft_folder, reward_model_folder)``:
+    ``sft_starting_point`` in ``cache/sft-start-{seed}`` and the reward model trained from it in
+    ``cache/reward-start-{seed}``, each built once. Tests, benchmarks and the sweep name them alike,
+    so that one run's cache serves them all."""
+    from rlkit.llm.sft import sft_starting_point
+
+    sft = sft_starting_point(Path(cache) / f"sft-start-{seed}", seed=seed)
+    return sft, reward_model_starting_point(Path(cache) / f"reward-start-{seed}", sft, seed)

@@ -9,17 +9,11 @@ the learned reward: the reward model cannot tell the answer from the labeller's 
 
 import pytest
 
-from rlkit.llm.reward_model import reward_model_starting_point
+from rlkit.llm.reward_model import rlhf_starting_point
 from rlkit.llm.rlhf_ppo import RLHFPPOConfig, RLHFPPOTrainer
-from rlkit.llm.sft import sft_starting_point
 from rlkit.training import fit
 
 pytestmark = pytest.mark.learning
-
-
-def starting_point(run_cache, seed):
-    sft = sft_starting_point(run_cache.folder / f"sft-start-{seed}", seed=seed)
-    return sft, reward_model_starting_point(run_cache.folder / f"reward-start-{seed}", sft, seed)
 
 
 def before_and_after(config: RLHFPPOConfig) -> tuple[dict, dict]:
@@ -31,7 +25,7 @@ def before_and_after(config: RLHFPPOConfig) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ppo_against_the_learned_reward_raises_the_proxy_and_the_gold_score(run_cache, seed):
-    sft, reward_model = starting_point(run_cache, seed)
+    sft, reward_model = rlhf_starting_point(run_cache.folder, seed)
     before, after = before_and_after(
         RLHFPPOConfig(
             sft_folder=str(sft), reward_model_folder=str(reward_model), seed=seed, kl_coef=0.3
@@ -45,7 +39,7 @@ def test_ppo_against_the_learned_reward_raises_the_proxy_and_the_gold_score(run_
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ppo_on_the_tasks_reward_raises_exact_match(run_cache, seed):
-    sft, reward_model = starting_point(run_cache, seed)
+    sft, reward_model = rlhf_starting_point(run_cache.folder, seed)
     before, after = before_and_after(
         RLHFPPOConfig(
             sft_folder=str(sft),
