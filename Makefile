@@ -43,8 +43,9 @@ chromium:
 JOBS ?= 2
 # Notebooks and tests that need every core for themselves run after the others, alone: Chapter 6
 # measures how A3C scales from one worker to two, and Chapter 9 trains its two reward models side
-# by side, one process each. Chapter 10 trains a reward model and three PPO runs: beside Chapter 9
-# it came within 13 s of the three-minute budget on a fresh clone, so it runs alone too.
+# by side, one process each. Chapter 10 trains a reward model and three PPO runs, the nearest of
+# the rest to the three-minute budget (beside another notebook it once came within 13 s of it), so
+# it runs alone too.
 NOTEBOOKS_ALONE := ch06_actor_critic ch09_reward_models ch10_rlhf_ppo
 # Under the portable kernels no notebook is held to the three minutes (only a cell to its limit
 # below), so only the two that use both cores run alone there.
@@ -136,7 +137,7 @@ test:
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
-		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO and GRPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1' LLM_BENCH_CACHE=$(TEST_RUN_CACHE)"
+		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO and GRPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1' LLM_BENCH_CACHE=$(CURDIR)/$(TEST_RUN_CACHE)"
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book

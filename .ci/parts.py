@@ -24,7 +24,7 @@ def print_table(rows: list[tuple[str, float, str]]) -> None:
     width = max(len(name) for name, _, _ in rows)
     print(
         "\n===== timing of `make test` (CI stops at 90 min on 2 cores, and CI's machines ran parts of"
-        " it up to 1.6x slower than a development machine: keep it under 60 min there) ====="
+        " it up to 1.6x slower than a development machine: keep it under 55 min on one) ====="
     )
     for name, seconds, status in rows:
         print(f"{name:<{width}}  {seconds / 60:6.1f} min  {seconds:7.0f} s  {status}")

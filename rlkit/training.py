@@ -412,7 +412,8 @@ def fit_side_by_side(
     Runs that differ only in their seed are independent, and a small model keeps one core busy:
     two of them on two cores take the time of one. Each process uses this process's number of torch
     threads, so a run computes exactly what ``fit`` computes here. ``make_trainer`` (a trainer
-    class, say) and the configs must be importable and picklable.
+    class, say) and the configs must be importable and picklable, and a script that calls this
+    must do so under ``if __name__ == "__main__":`` (spawned processes import it again).
     """
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context

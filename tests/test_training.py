@@ -1,5 +1,6 @@
 """``eval_mode``: evaluation mode for a block, every submodule's own mode restored after, also when
-the block raises; and the algorithms and the language-model layer that switch modes through it."""
+the block raises; and the algorithms and the language-model layer that switch modes through it.
+``fit_side_by_side``: runs in processes of their own compute what ``fit`` computes here."""
 
 import pytest
 import torch

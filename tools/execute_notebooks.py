@@ -5,8 +5,8 @@ reads.
 in a fresh kernel in its own folder, `--jobs` at a time, and stores each result the way myst-nb does
 (keyed by the notebook's code), so that the build that follows finds every notebook cached and
 executes none. Notebooks named with `--alone` need every core for themselves (Chapter 6 measures
-two-worker scaling): they run after the others, one at a time. A notebook whose code is already
-cached is not run again.
+two-worker scaling, Chapter 9 trains two seeds side by side): they run after the others, one at a
+time. A notebook whose code is already cached is not run again.
 
 jupyter-cache's own parallel executor was not used: it gives each process a fixed chunk of
 notebooks, cannot run one alone, and exits 0 when a notebook fails. This script exits 1 and names

@@ -406,8 +406,10 @@ def rlhf_starting_point(cache: str | os.PathLike, seed: int = 0) -> tuple[Path, 
     """Seed ``seed``'s start for the RL chapters, ``(sft_folder, reward_model_folder)``:
     ``sft_starting_point`` in ``cache/sft-start-{seed}`` and the reward model trained from it in
     ``cache/reward-start-{seed}``, each built once. Tests, benchmarks and the sweep name them alike,
-    so that one run's cache serves them all."""
+    so that one run's cache serves them all. (The reward model's record holds the SFT folder's
+    path: resolved, a cache named relatively and absolutely is one cache.)"""
     from rlkit.llm.sft import sft_starting_point
 
-    sft = sft_starting_point(Path(cache) / f"sft-start-{seed}", seed=seed)
-    return sft, reward_model_starting_point(Path(cache) / f"reward-start-{seed}", sft, seed)
+    cache = Path(cache).resolve()
+    sft = sft_starting_point(cache / f"sft-start-{seed}", seed=seed)
+    return sft, reward_model_starting_point(cache / f"reward-start-{seed}", sft, seed)

@@ -158,3 +158,29 @@ def test_sizes_that_cannot_work_are_refused_before_training():
         RewardModelTrainer(
             RewardModelConfig(num_digits=40, num_train_pairs=10, num_heldout_pairs=10)
         )
+
+
+def test_reward_models_trained_side_by_side_come_back_whole():
+    """Chapter 9 trains its seeds in processes of their own: the model, its tokenizer and its pairs
+    come back through pickling and score as the same training in this process does."""
+    from rlkit.training import fit, fit_side_by_side
+
+    configs = [
+        RewardModelConfig(
+            seed=seed, num_train_pairs=320, epochs=1, eval_every=5, num_heldout_pairs=50
+        )
+        for seed in (0, 1)
+    ]
+    apart = fit_side_by_side(RewardModelTrainer, configs)
+    for config, theirs in zip(configs, apart):
+        mine = fit(RewardModelTrainer(config))
+        assert theirs.history == mine.history
+        assert theirs.train_pairs == mine.train_pairs
+        pairs = mine.heldout_pairs[:20]
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(
+                pair_rewards(theirs.model, theirs.tokenizer, pairs),
+                pair_rewards(mine.model, mine.tokenizer, pairs),
+            )
+        )
