@@ -48,7 +48,8 @@ JOBS ?= 2
 # it runs alone too.
 NOTEBOOKS_ALONE := ch06_actor_critic ch09_reward_models ch10_rlhf_ppo
 # Under the portable kernels no notebook is held to the three minutes (only a cell to its limit
-# below), so only the two that use both cores run alone there.
+# below), so only the two that use both cores run alone there. (Paired, Chapter 9's two training
+# processes beside another notebook took it from 211 s to 405 s, its training cell too near 360.)
 PORTABILITY_NOTEBOOKS_ALONE := ch06_actor_critic ch09_reward_models
 PYTEST := $(BIN)/python -m pytest --durations=25
 # A module's tests on one worker (its module-scoped fixtures built once), in collection order: the
