@@ -200,9 +200,7 @@ def grpo_loss(
         f"a [B] tensor, one per completion (B = {logprobs.shape[0]})",
         tuple(advantages.shape),
     )
-    log_ratio = zero_padding(logprobs - old_logprobs.detach(), mask)
-    if importance_sampling == "sequence":  # one ratio per completion, for each of its tokens
-        log_ratio = masked_mean(log_ratio, mask, dim=1).unsqueeze(1).expand_as(logprobs)
+    log_ratio = importance_log_ratio(logprobs, old_logprobs, mask, importance_sampling)
     terms = clipped_surrogate_terms(
         log_ratio.exp(), advantages.detach().unsqueeze(1), clip_eps, clip_eps_high
     )
@@ -211,6 +209,20 @@ def grpo_loss(
             zero_padding(logprobs, mask), zero_padding(ref_logprobs.detach(), mask), "k3"
         )
     return reduce_token_terms(terms, mask, loss_type, max_completion_length, num_tokens_in_batch)
+
+
+def importance_log_ratio(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    importance_sampling: str = "token",
+) -> torch.Tensor:
+    """``[B, T]``: each token's log ratio ``logprobs - old_logprobs`` (0 on padding), or with
+    ``"sequence"`` (GSPO) its completion's mean log ratio on every one of its tokens."""
+    log_ratio = zero_padding(logprobs - old_logprobs.detach(), mask)
+    if importance_sampling == "sequence":
+        log_ratio = masked_mean(log_ratio, mask, dim=1).unsqueeze(1).expand_as(logprobs)
+    return log_ratio
 
 
 def reduce_token_terms(
@@ -667,7 +679,21 @@ class GRPOTrainer(LanguageModelTrainer):
                 config.importance_sampling,
             )
             with torch.no_grad():
-                metrics = {"clip_fraction": clip_fraction(logprobs, old, config.clip_eps, mask)}
+                log_ratio = importance_log_ratio(logprobs, old, mask, config.importance_sampling)
+                metrics = {
+                    # the share of tokens whose ratio (the token's or, GSPO, its completion's)
+                    # lies outside [1 - clip_eps, 1 + clip_eps_high]
+                    "clip_fraction": clip_fraction(
+                        log_ratio,
+                        torch.zeros_like(log_ratio),
+                        config.clip_eps,
+                        mask,
+                        config.clip_eps_high,
+                    ),
+                    # the sampled tokens' mean surprisal: an estimate of the policy's entropy per
+                    # token at the sampling temperature (exact in expectation on fresh samples)
+                    "entropy": masked_mean(-logprobs, mask),
+                }
                 if rollout.ref_logprobs is not None:
                     kl = kl_estimate(logprobs, rollout.ref_logprobs[piece], "k3")
                     metrics["kl"] = masked_mean(kl, mask)

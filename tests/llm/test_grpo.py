@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from rlkit.llm.grpo import group_advantages, grpo_loss, overlong_penalty
+from rlkit.llm.grpo import group_advantages, grpo_loss, importance_log_ratio, overlong_penalty
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
@@ -173,6 +173,18 @@ def test_first_step_ratio_is_one_and_the_gradient_is_the_policy_gradient():
     (grad,) = torch.autograd.grad(loss, logprobs)
     expected = -advantages[:, None] * mask / mask.sum()
     torch.testing.assert_close(grad, expected.to(grad.dtype), rtol=1e-12, atol=1e-15)
+
+
+def test_sequence_log_ratio_is_the_completion_s_mean_token_log_ratio():
+    logprobs, old, _, _, mask = batch([3, 5, 2], width=6)
+    tokens = importance_log_ratio(logprobs, old, mask, "token")
+    sequence = importance_log_ratio(logprobs, old, mask, "sequence")
+    for row, length in enumerate([3, 5, 2]):
+        token_ratios = [(logprobs[row, t] - old[row, t]).item() for t in range(length)]
+        assert tokens[row, :length].tolist() == pytest.approx(token_ratios, abs=1e-12)
+        assert tokens[row, length:].abs().sum() == 0
+        mean = sum(token_ratios) / length
+        assert sequence[row, :length].tolist() == pytest.approx([mean] * length, abs=1e-12)
 
 
 # ---- group advantages ------------------------------------------------------------------------
