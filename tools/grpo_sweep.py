@@ -1,15 +1,15 @@
 """GRPO and its family on the sort task (Chapter 11): each variant of ``VARIANTS`` from each seed's
 under-trained SFT start, scored on held-out prompts every ``--eval-every`` iterations, and PPO on
-the task's reward (Chapter 10's trainer, four models' worth of machinery) beside them. Chapter 11's
+the task's reward (Chapter 10's trainer, with its critic and reference) beside them. Chapter 11's
 figures and tables read the results file.
 
     python tools/grpo_sweep.py --seeds 0 1 2 --out book/data/grpo_sweep.json
 
 Each record is one run: its variant, seed and settings, the held-out scores at each evaluation
 (``evaluate``: greedy and sampled exact match, and the wall time so far), the training history
-averaged over blocks of ``--block`` iterations (reward, zero-variance groups, entropy, clip
-fraction, lengths, seconds per phase), and the process's peak resident memory. The runs go
-``--jobs`` at a time, one thread each, each in a fresh process (so that the peak memory is the
+averaged over blocks of ``--block`` iterations, as columns (reward, zero-variance groups, entropy,
+clip fraction, lengths, seconds per iteration), and the process's peak resident memory. The runs
+go ``--jobs`` at a time, one thread each, each in a fresh process (so that the peak memory is the
 run's own).
 """
 
@@ -83,21 +83,20 @@ def build(variant: str, seed: int, iterations: int, sft_folder: Path):
     return GRPOTrainer(config)
 
 
-def blocks(history: list[dict], size: int) -> list[dict]:
-    """The history's means over consecutive blocks of ``size`` iterations; the seconds of an
-    iteration are the sum of its phases."""
-    out = []
+def blocks(history: list[dict], size: int) -> dict[str, list[float]]:
+    """The history's means over consecutive blocks of ``size`` iterations, as columns (one list
+    per field, with the block's last ``iteration``); an iteration's ``seconds`` are the sum of
+    its phases."""
+    columns: dict[str, list[float]] = {"iteration": []}
     for start in range(0, len(history), size):
         block = history[start : start + size]
-        row = {"iteration": block[-1]["iteration"]}
+        columns["iteration"].append(block[-1]["iteration"])
         for field in HISTORY_FIELDS:
             if field in block[0]:
-                row[field] = float(np.mean([r[field] for r in block]))
-        row["seconds"] = float(
-            np.mean([sum(v for k, v in r.items() if k.startswith("seconds_")) for r in block])
-        )
-        out.append(row)
-    return out
+                columns.setdefault(field, []).append(float(np.mean([r[field] for r in block])))
+        seconds = [sum(v for k, v in r.items() if k.startswith("seconds_")) for r in block]
+        columns.setdefault("seconds", []).append(float(np.mean(seconds)))
+    return columns
 
 
 def run(task: tuple) -> dict:
@@ -135,6 +134,17 @@ def summary(evaluation: dict) -> dict:
     }
 
 
+def rounded(value):
+    """``value`` with every float to 5 significant digits (a results file a reader can diff)."""
+    if isinstance(value, float):
+        return float(f"{value:.5g}")
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [rounded(item) for item in value]
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -169,7 +179,7 @@ def main() -> None:
     with context.Pool(args.jobs, maxtasksperchild=1) as pool:
         records = pool.map(run, tasks, chunksize=1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(records, separators=(",", ":")))
+    args.out.write_text(json.dumps(rounded(records), separators=(",", ":")))
     print(f"wrote {args.out}: {len(tasks)} runs")
 
 
