@@ -218,7 +218,8 @@ def importance_log_ratio(
     importance_sampling: str = "token",
 ) -> torch.Tensor:
     """``[B, T]``: each token's log ratio ``logprobs - old_logprobs`` (0 on padding), or with
-    ``"sequence"`` (GSPO) its completion's mean log ratio on every one of its tokens."""
+    ``"sequence"`` (GSPO) its completion's mean log ratio on every one of its tokens, the log of
+    the length-normalised sequence ratio (eq-gspo-ratio)."""
     log_ratio = zero_padding(logprobs - old_logprobs.detach(), mask)
     if importance_sampling == "sequence":
         log_ratio = masked_mean(log_ratio, mask, dim=1).unsqueeze(1).expand_as(logprobs)
