@@ -8,6 +8,7 @@ chain (no myst-nb installed) both functions do nothing but check; the notebook r
 from __future__ import annotations
 
 import matplotlib.figure
+import numpy as np
 
 from rlkit.plotting import check_page_figure
 
@@ -16,7 +17,10 @@ __all__ = ["glue", "glue_figure"]
 
 def glue(name: str, value) -> None:
     """Hand ``value`` to the page under ``name`` (``{glue:text}`name``` in the chapter), without
-    showing it in the notebook a second time."""
+    showing it in the notebook a second time. A NumPy scalar goes as the Python number it holds:
+    the page formats the value's text, and ``np.float64(0.5)`` is not a number it can read."""
+    if isinstance(value, np.generic):
+        value = value.item()
     try:
         from myst_nb import glue as myst_glue
     except ImportError:  # a reader's notebook without the book's tool chain

@@ -209,3 +209,17 @@ def test_glue_figure_refuses_a_figure_the_page_cannot_show():
     with pytest.raises(ValueError, match="fig must be at most 7.8 inches wide"):
         glue_figure("too-wide", wide)
     plt.close(wide)
+
+
+def test_glue_hands_numpy_scalars_to_the_page_as_python_numbers(monkeypatch):
+    """The page formats a glued value's text: ``np.float64(0.5)`` fails where ``0.5`` reads."""
+    myst_nb = pytest.importorskip("myst_nb")
+    from rlkit.book import glue
+
+    handed = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: handed.update({name: value}))
+    glue("share", np.float64(0.25))
+    glue("count", np.int64(3))
+    glue("figure-free", "text")
+    assert handed == {"share": 0.25, "count": 3, "figure-free": "text"}
+    assert type(handed["share"]) is float and type(handed["count"]) is int
