@@ -35,6 +35,7 @@ FOUR_STEPS = dict(minibatch_size=16)  # four AdamW steps per batch of 64: the ra
 VARIANTS = {
     # the chapter's settings: partial credit, temperature 0.6, one step per batch
     "grpo": {},
+    # RLOO's baseline, unscaled, with GRPO's per-completion normaliser (RLOO itself sums tokens)
     "rloo": dict(baseline="leave_one_out", scale="none"),
     "dr_grpo": dict(scale="none", loss_type="dr_grpo"),
     # the reward and the temperature: how many groups carry a signal

@@ -10,9 +10,9 @@ rejected answer (eq-dpo-loss). The variants change that loss:
 
 - conservative DPO (Mitchell, 2023): labels flipped with probability ``label_smoothing``;
 - robust DPO (Chowdhury et al., 2024): the unbiased form under such flips (``loss_type="robust"``);
-- IPO (Azar et al., 2024): a squared loss towards a margin of 1/(2 beta), on mean per-token
-  log-probabilities (``loss_type="ipo"``), which does not drive the margin to infinity on
-  deterministic preferences;
+- IPO (Azar et al., 2024): a squared loss towards a margin of 1/(2 beta) (``loss_type="ipo"``),
+  which does not drive the margin to infinity on deterministic preferences; TRL applies it to mean
+  per-token log-probabilities;
 - SimPO (Meng et al., 2024): no reference at all, length-normalised log-probabilities and a target
   margin (``simpo_loss``).
 
@@ -88,7 +88,8 @@ def dpo_loss(
     - ``"robust"``: ``(-(1 - eps) log sigmoid(beta h) + eps log sigmoid(-beta h)) / (1 - 2 eps)``,
       unbiased for the clean loss when each label is flipped with probability eps;
     - ``"ipo"``: ``(h - 1 / (2 beta))^2``; pass mean per-token log-probabilities
-      (``sequence_logprobs(..., average=True)``), as TRL's trainer does for it.
+      (``sequence_logprobs(..., average=True)``), as TRL's trainer does for it (an averaging the
+      IPO paper does not write, which TRL confirmed with its authors); no label smoothing.
 
     It is log 2 for "sigmoid" when the policy equals the reference (h = 0).
     """
@@ -98,6 +99,12 @@ def dpo_loss(
         is_finite_number(label_smoothing) and 0 <= label_smoothing < 0.5,
         "label_smoothing",
         "a number in [0, 0.5) (the probability that a label is flipped)",
+        label_smoothing,
+    )
+    require(
+        loss_type != "ipo" or label_smoothing == 0,
+        "label_smoothing",
+        "0 for loss_type 'ipo' (its squared loss has no flipped-label form)",
         label_smoothing,
     )
     _require_one_shape(

@@ -151,6 +151,7 @@ def test_the_loss_does_not_change_when_the_padding_grows(rollout):
         (dict(loss_type="hinge"), "loss_type"),
         (dict(beta=0.0), "beta"),
         (dict(label_smoothing=0.5), "label_smoothing"),
+        (dict(loss_type="ipo", label_smoothing=0.1), "label_smoothing"),
     ],
 )
 def test_bad_loss_settings_name_the_field(kwargs, field):
