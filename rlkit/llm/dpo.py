@@ -24,7 +24,6 @@ Chapter 8's per-token ``response_logprobs``). Names follow TRL's ``DPOConfig``: 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from rlkit.llm.reward_model import bradley_terry_loss
 from rlkit.losses import zero_padding
@@ -95,12 +94,7 @@ def dpo_loss(
     """
     require(loss_type in DPO_LOSS_TYPES, "loss_type", f"one of {DPO_LOSS_TYPES}", loss_type)
     require(is_finite_number(beta) and beta > 0, "beta", "a number > 0", beta)
-    require(
-        is_finite_number(label_smoothing) and 0 <= label_smoothing < 0.5,
-        "label_smoothing",
-        "a number in [0, 0.5) (the probability that a label is flipped)",
-        label_smoothing,
-    )
+    _require_label_smoothing(label_smoothing)
     require(
         loss_type != "ipo" or label_smoothing == 0,
         "label_smoothing",
@@ -140,19 +134,23 @@ def simpo_loss(
     conservative form, as TRL's ``CPOTrainer(loss_type="simpo")`` computes it."""
     require(is_finite_number(beta) and beta > 0, "beta", "a number > 0", beta)
     require(is_finite_number(gamma), "gamma", "a finite number (the target margin)", gamma)
-    require(
-        is_finite_number(label_smoothing) and 0 <= label_smoothing < 0.5,
-        "label_smoothing",
-        "a number in [0, 0.5)",
-        label_smoothing,
-    )
+    _require_label_smoothing(label_smoothing)
     _require_one_shape(
         policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps
     )
     chosen, rejected = beta * policy_chosen_logps, beta * policy_rejected_logps
     right = bradley_terry_loss(chosen, rejected, margin=gamma)
-    flipped = -F.logsigmoid(-(chosen - rejected - gamma)).mean()
+    flipped = bradley_terry_loss(rejected, chosen, margin=-gamma)  # the label flipped
     return (1 - label_smoothing) * right + label_smoothing * flipped
+
+
+def _require_label_smoothing(label_smoothing: float) -> None:
+    require(
+        is_finite_number(label_smoothing) and 0 <= label_smoothing < 0.5,
+        "label_smoothing",
+        "a number in [0, 0.5) (the probability that a label is flipped)",
+        label_smoothing,
+    )
 
 
 def _require_one_shape(**tensors: torch.Tensor) -> None:
