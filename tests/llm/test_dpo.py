@@ -13,6 +13,7 @@ import torch
 from rlkit.llm.dpo import dpo_loss, implicit_rewards, sequence_logprobs, simpo_loss
 from rlkit.llm.generation import generate, response_logprobs
 from rlkit.llm.models import build_causal_lm, tiny_config
+from tests.llm.trl_support import tiny_model_and_tokenizer, trl_cpu_config
 
 
 def logps(batch=6, seed=0, spread=2.0):
@@ -181,22 +182,12 @@ def trl_dpo(tmp_path_factory):
     trl = pytest.importorskip("trl", minversion="1.0")
     from datasets import Dataset
 
-    from rlkit.llm.tokenizer import build_char_tokenizer
-
-    tokenizer = build_char_tokenizer()
-    model = build_causal_lm(tiny_config(tokenizer, "llama", 16, 1, 2), seed=0)
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = trl_cpu_config(
+        trl.DPOConfig, tmp_path_factory.mktemp("trl-dpo"), per_device_train_batch_size=4
+    )
     with warnings.catch_warnings():  # TRL's own FutureWarnings about transformers' arguments
         warnings.simplefilter("ignore", FutureWarning)
-        args = trl.DPOConfig(
-            output_dir=str(tmp_path_factory.mktemp("trl-dpo")),
-            report_to="none",
-            per_device_train_batch_size=4,
-            use_cpu=True,
-            bf16=False,
-            logging_steps=10**6,
-            save_strategy="no",
-            disable_tqdm=True,
-        )
         data = {"prompt": ["S12:"] * 4, "chosen": ["12"] * 4, "rejected": ["21"] * 4}
         trainer = trl.DPOTrainer(
             model=model,

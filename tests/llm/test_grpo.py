@@ -4,12 +4,12 @@ against TRL's own GRPOTrainer loss, and the bad inputs."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
 
 from rlkit.llm.grpo import group_advantages, grpo_loss, importance_log_ratio, overlong_penalty
+from tests.llm.trl_support import tiny_model_and_tokenizer, trl_cpu_config
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
@@ -274,27 +274,16 @@ def trl_trainer(tmp_path_factory):
     trl = pytest.importorskip("trl", minversion="1.0")
     from datasets import Dataset
 
-    from rlkit.llm.models import build_causal_lm, tiny_config
-    from rlkit.llm.tokenizer import build_char_tokenizer
-
-    tokenizer = build_char_tokenizer()
-    model = build_causal_lm(tiny_config(tokenizer, "llama", 16, 1, 2), seed=0)
-    with warnings.catch_warnings():  # TRL's own FutureWarnings about transformers' arguments
-        warnings.simplefilter("ignore", FutureWarning)
-        args = trl.GRPOConfig(
-            output_dir=str(tmp_path_factory.mktemp("trl-grpo")),
-            report_to="none",
-            per_device_train_batch_size=4,
-            num_generations=2,
-            max_completion_length=8,
-            gradient_accumulation_steps=1,
-            use_cpu=True,
-            bf16=False,
-            beta=0.0,
-            logging_steps=10**6,
-            save_strategy="no",
-            disable_tqdm=True,
-        )
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = trl_cpu_config(
+        trl.GRPOConfig,
+        tmp_path_factory.mktemp("trl-grpo"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=8,
+        gradient_accumulation_steps=1,
+        beta=0.0,
+    )
     trainer = trl.GRPOTrainer(
         model=model,
         reward_funcs=lambda completions, **kw: [0.0] * len(completions),
