@@ -14,6 +14,7 @@ their held-out exact match, oracle score and KL to the reference:
     rlkit train reward-model --model runs/sft --out runs/rm
     rlkit train rlhf-ppo --model runs/sft --reward-model runs/rm --out runs/ppo
     rlkit train grpo --model runs/sft --out runs/grpo
+    rlkit train dpo --model runs/sft --out runs/dpo
     rlkit eval runs/ppo
 
 ``rlkit train ALGO --help`` lists every hyperparameter with its default and meaning, read from the

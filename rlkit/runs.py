@@ -125,6 +125,9 @@ ALGORITHMS = {
         Algorithm(
             "grpo", "rlkit.llm.grpo", "GRPOConfig", "GRPOTrainer", "sft_folder", model_required=True
         ),
+        Algorithm(
+            "dpo", "rlkit.llm.dpo", "DPOConfig", "DPOTrainer", "sft_folder", model_required=True
+        ),
     )
 }
 

@@ -18,26 +18,67 @@ rejected answer (eq-dpo-loss). The variants change that loss:
 
 The functions take sequence log-probabilities as given (``sequence_logprobs`` sums or averages
 Chapter 8's per-token ``response_logprobs``). Names follow TRL's ``DPOConfig``: ``beta``,
-``loss_type``, ``label_smoothing``; SimPO's ``gamma`` is TRL's ``simpo_gamma``.
+``loss_type``, ``label_smoothing``, ``precompute_ref_log_probs``; SimPO's ``gamma`` is TRL's
+``simpo_gamma``.
+
+``DPOTrainer`` trains a policy on preference pairs: Chapter 9's labelled pairs (offline), or pairs
+the policy samples itself and the oracle labels at each step (online DPO, the bridge back to RL).
 """
 
 from __future__ import annotations
 
-import torch
+import contextlib
+import copy
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
 
+import torch
+from transformers import AutoTokenizer, PreTrainedModel
+
+from rlkit.llm.evaluation import held_out_scores, heldout_prompts, win_outcomes
+from rlkit.llm.generation import (
+    PromptBatch,
+    encode_prompts,
+    generate,
+    response_logprobs,
+    right_pad,
+)
+from rlkit.llm.models import load_causal_lm
 from rlkit.llm.reward_model import bradley_terry_loss
+from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask, TaskData
+from rlkit.llm.tokenizer import require_pad_token
+from rlkit.llm.trainer import (
+    LanguageModelResult,
+    LanguageModelTrainer,
+    LanguageModelTrainingConfig,
+    base_model,
+    frozen,
+    split,
+)
 from rlkit.losses import zero_padding
-from rlkit.training import is_finite_number, require
+from rlkit.training import (
+    is_count,
+    is_finite_number,
+    random_state,
+    require,
+    set_random_state,
+)
 
 __all__ = [
     "DPO_LOSS_TYPES",
+    "DPOConfig",
+    "DPOTrainer",
     "dpo_loss",
     "implicit_rewards",
+    "pair_batch",
     "sequence_logprobs",
     "simpo_loss",
 ]
 
 DPO_LOSS_TYPES = ("sigmoid", "robust", "ipo")
+TRAINER_LOSS_TYPES = (*DPO_LOSS_TYPES, "simpo")
+PAIRS = ("offline", "online")
 
 
 def sequence_logprobs(
@@ -165,3 +206,397 @@ def _require_one_shape(**tensors: torch.Tensor) -> None:
             f"a tensor of the shape of {names[0]}, {tuple(first.shape)}",
             tuple(tensors[name].shape),
         )
+
+
+# ---- the trainer ---------------------------------------------------------------------------------
+
+
+@dataclass
+class DPOConfig(LanguageModelTrainingConfig):
+    """DPO on the sort task's preference pairs; the optimization fields of
+    ``LanguageModelTrainingConfig`` drive the policy. The defaults are Chapter 12's settings."""
+
+    sft_folder: str | None = None  # the policy's start and its reference: a saved SFT model
+    num_digits: int = 6  # the sort task's prompt length
+    label_noise: float = 0.1  # the oracle's probability of naming the worse completion
+    # "offline": Chapter 9's labelled pairs (completions of random quality, drawn once);
+    # "online": at each step two completions per prompt sampled from the policy, labelled by the
+    # oracle (ties dropped)
+    pairs: str = "offline"
+    # offline: labelled pairs drawn (twice Chapter 9's 12,800: one pass over new pairs did better
+    # than two over the same); online: the prompts sampled over training
+    num_train_pairs: int = 25600
+    epochs: int = 1  # passes over the training pairs
+    batch_size: int = 64  # pairs per optimizer step
+    beta: float = 0.5  # the KL regularisation's strength: the implicit reward's scale
+    loss_type: str = "sigmoid"  # "sigmoid" (DPO), "robust", "ipo" or "simpo"
+    label_smoothing: float = 0.0  # conservative DPO's assumed label-flip probability
+    simpo_gamma: float = 0.5  # SimPO's target margin (loss_type "simpo", which needs no reference)
+    # compute the reference's log-probabilities of every offline pair once, before training, so
+    # that the reference model leaves memory (it is reloaded from sft_folder to evaluate)
+    precompute_ref_log_probs: bool = True
+    max_new_tokens: int = 8  # the completion's length limit, sampling online and evaluating
+    temperature: float = 0.6  # online sampling's and the sampled evaluation's temperature
+    learning_rate: float = 1e-4  # AdamW's peak step size
+    warmup_steps: int = 10  # in optimizer steps
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("num_digits", "num_train_pairs", "epochs", "batch_size", "max_new_tokens"):
+            require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
+        require(self.pairs in PAIRS, "pairs", f"one of {PAIRS}", self.pairs)
+        require(
+            is_finite_number(self.label_noise) and 0 <= self.label_noise < 0.5,
+            "label_noise",
+            "a number in [0, 0.5)",
+            self.label_noise,
+        )
+        require(
+            self.loss_type in TRAINER_LOSS_TYPES,
+            "loss_type",
+            f"one of {TRAINER_LOSS_TYPES}",
+            self.loss_type,
+        )
+        for name in ("beta", "temperature"):
+            value = getattr(self, name)
+            require(is_finite_number(value) and value > 0, name, "a number > 0", value)
+        _require_label_smoothing(self.label_smoothing)
+        require(
+            self.loss_type != "ipo" or self.label_smoothing == 0,
+            "label_smoothing",
+            "0 for loss_type 'ipo' (its squared loss has no flipped-label form)",
+            self.label_smoothing,
+        )
+        require(
+            is_finite_number(self.simpo_gamma), "simpo_gamma", "a finite number", self.simpo_gamma
+        )
+        require(
+            isinstance(self.precompute_ref_log_probs, bool),
+            "precompute_ref_log_probs",
+            "True or False",
+            self.precompute_ref_log_probs,
+        )
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.loss_type != "simpo"
+
+    @property
+    def averages_tokens(self) -> bool:
+        """IPO and SimPO read each answer's mean per-token log-probability, the others its sum."""
+        return self.loss_type in ("ipo", "simpo")
+
+
+@dataclass
+class PairBatch:
+    """Preference pairs in the response-only layout: rows ``0..B-1`` the chosen answers, rows
+    ``B..2B-1`` the rejected ones, each after its prompt; one forward pass scores both."""
+
+    prompts: PromptBatch  # [2B, P], left-padded <bos> prompt
+    response_ids: torch.Tensor  # [2B, T], answer <eos>, right-padded
+    response_mask: torch.Tensor  # [2B, T]: 1 on the answer's tokens and its EOS
+
+    def sequence_logprobs(self, model: PreTrainedModel, average: bool) -> tuple:
+        """``(log pi(y_w | x), log pi(y_l | x))``, ``[B]`` each (summed or, ``average``, the
+        mean per token)."""
+        tokens = response_logprobs(model, self.prompts, self.response_ids, self.response_mask)
+        both = sequence_logprobs(tokens, self.response_mask, average)
+        return both.chunk(2)
+
+
+def pair_batch(
+    tokenizer, pairs: list[PreferencePair], device: str | torch.device = "cpu"
+) -> PairBatch:
+    """The pairs in the layout the policy scores (``PairBatch``); a pair whose two answers are one
+    is refused (the loss has nothing to compare)."""
+    require(len(pairs) > 0, "pairs", "a non-empty list of preference pairs", pairs)
+    for index, pair in enumerate(pairs):
+        require(
+            pair.chosen != pair.rejected,
+            f"pairs[{index}]",
+            "a pair whose chosen and rejected answers differ",
+            pair,
+        )
+    prompts = encode_prompts(tokenizer, [pair.prompt for pair in pairs] * 2)
+    answers = [pair.chosen for pair in pairs] + [pair.rejected for pair in pairs]
+    encoded = tokenizer(answers, add_special_tokens=False)["input_ids"]
+    ids, mask = right_pad(
+        [answer + [tokenizer.eos_token_id] for answer in encoded], require_pad_token(tokenizer)
+    )
+    return PairBatch(
+        PromptBatch(*(tensor.to(device) for tensor in vars(prompts).values())),
+        ids.to(device),
+        mask.to(device),
+    )
+
+
+class DPOTrainer(LanguageModelTrainer):
+    """DPO (or IPO, robust DPO, SimPO) on preference pairs, one optimizer step per
+    ``run_update``.
+
+    Offline, the pairs are Chapter 9's: the oracle's labels on completions of random quality, drawn
+    once (``num_train_pairs``), read ``epochs`` times in shuffled batches; with
+    ``precompute_ref_log_probs`` the reference scores them all before the first step and is then
+    let go. Online, each step samples two completions for each of ``batch_size`` fresh prompts from
+    the policy and the oracle labels them (ties dropped): the pairs follow the policy, as RL's
+    samples do. The reference is the SFT model the policy starts from (with LoRA, the policy with
+    its adapters disabled).
+    """
+
+    algorithm = "dpo"
+
+    def __init__(
+        self,
+        config: DPOConfig,
+        policy: PreTrainedModel | None = None,
+        tokenizer=None,
+        train_pairs: list[PreferencePair] | None = None,
+    ):
+        super().__init__(config)
+        self.task = SortTask(config.num_digits)
+        self.data = TaskData(self.task, seed=config.seed)
+        self.oracle = PreferenceOracle(self.task, config.label_noise)
+        if policy is None:
+            require(config.sft_folder is not None, "sft_folder", "a saved SFT model's folder", None)
+            policy = load_causal_lm(config.sft_folder, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(config.sft_folder)
+        require(tokenizer is not None, "tokenizer", "the policy's tokenizer", tokenizer)
+        self.tokenizer = tokenizer
+        # an oracle candidate adds at most 3 digits; online completions end by max_new_tokens
+        answer = max(self.task.max_answer_length + 3, config.max_new_tokens) + 1
+        self.prepare(
+            policy,
+            self.task.max_prompt_length + 1 + answer,
+            "num_digits",
+            "<bos> prompt answer <eos> (num_digits and max_new_tokens)",
+        )
+        self.model.eval()  # dropout off: the log-probabilities are the reference's at the start
+        self.reference = None
+        if config.uses_reference and config.lora_rank is None:
+            self.reference = frozen(copy.deepcopy(policy).to(config.device))
+        self.train_pairs = self._offline_pairs(train_pairs) if config.pairs == "offline" else []
+        self.ref_logps = None
+        if self.train_pairs and config.uses_reference and config.precompute_ref_log_probs:
+            self.ref_logps = self._reference_logps(self.train_pairs)
+            if config.sft_folder is not None:
+                self.reference = None  # reloaded from sft_folder to evaluate
+        self.order_rng = random.Random(config.seed)
+        self.sample_rng = random.Random(f"dpo-online-{config.seed}")
+        self.order: list[int] = []
+
+    def _offline_pairs(self, given: list[PreferencePair] | None) -> list[PreferencePair]:
+        """The given pairs, or the oracle's on training prompts (never a held-out one)."""
+        if given is not None:
+            require(len(given) > 0, "train_pairs", "a non-empty list of preference pairs", given)
+            return list(given)
+        heldout = {example.prompt for example in self.data.heldout}
+        return self.oracle.pairs(self.config.num_train_pairs, self.config.seed, exclude=heldout)
+
+    @property
+    def subject(self) -> str:
+        return f"sort preferences ({self.config.num_digits} digits, {self.config.pairs})"
+
+    @property
+    def num_updates(self) -> int:
+        pairs = len(self.train_pairs) if self.train_pairs else self.config.num_train_pairs
+        return self.config.epochs * -(-pairs // self.config.batch_size)
+
+    # ---- reference ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def reference_model(self) -> Iterator[PreTrainedModel]:
+        """The reference policy: the kept copy, the policy without its adapters (LoRA), or, after
+        ``precompute_ref_log_probs`` let the copy go, the SFT model loaded again."""
+        if self.config.lora_rank is not None:
+            with base_model(self.model) as reference:
+                yield reference
+        elif self.reference is not None:
+            yield self.reference
+        else:
+            yield frozen(
+                load_causal_lm(self.config.sft_folder, dtype=torch.float32).to(self.config.device)
+            )
+
+    def _reference_logps(self, pairs: list[PreferencePair], chunk: int = 512) -> torch.Tensor:
+        """``[N, 2]``: the reference's log-probabilities of each pair's chosen and rejected
+        answer."""
+        average, parts = self.config.averages_tokens, []
+        with self.reference_model() as reference, torch.no_grad(), self.autocast():
+            for start in range(0, len(pairs), chunk):
+                batch = pair_batch(self.tokenizer, pairs[start : start + chunk], self.model.device)
+                parts.append(torch.stack(batch.sequence_logprobs(reference, average), dim=1))
+        return torch.cat(parts)
+
+    # ---- one step -----------------------------------------------------------------------------
+
+    def _update(self) -> dict[str, float]:
+        config = self.config
+        pairs, ref_logps, stats = self._next_pairs()
+        row = {"step": self.updates_done + 1, **stats}
+        if not pairs:  # online, every pair a tie: nothing to learn from this step
+            return row
+        pieces = list(
+            zip(split(pairs, config.micro_batch_size), split(ref_logps, config.micro_batch_size))
+        )
+        return row | self.optimizer_step(pieces, [len(piece[0]) for piece in pieces], self._loss)
+
+    def _next_pairs(self) -> tuple[list[PreferencePair], torch.Tensor, dict[str, float]]:
+        """The step's pairs with their reference log-probabilities (``[B, 2]``; zeros for SimPO)."""
+        if self.config.pairs == "online":
+            pairs, stats = self._online_pairs()
+        else:
+            index = self._next_indices()
+            pairs, stats = [self.train_pairs[i] for i in index], {}
+            if self.ref_logps is not None:
+                return pairs, self.ref_logps[index], stats
+        if not self.config.uses_reference or not pairs:
+            return pairs, torch.zeros(len(pairs), 2, device=self.model.device), stats
+        return pairs, self._reference_logps(pairs), stats
+
+    def _next_indices(self) -> list[int]:
+        """The next batch of a shuffled pass over the training pairs."""
+        size = self.config.batch_size
+        steps = -(-len(self.train_pairs) // size)
+        step_in_epoch = self.updates_done % steps
+        if step_in_epoch == 0:
+            self.order = list(range(len(self.train_pairs)))
+            self.order_rng.shuffle(self.order)
+        return self.order[step_in_epoch * size : (step_in_epoch + 1) * size]
+
+    def _online_pairs(self) -> tuple[list[PreferencePair], dict[str, float]]:
+        """Two completions of the policy for each of ``batch_size`` fresh prompts, labelled by the
+        oracle; a tie (two answers the oracle scores alike, e.g. both right) teaches nothing and is
+        dropped."""
+        config = self.config
+        prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
+        with torch.no_grad(), self.autocast():
+            batch = generate(
+                self.model,
+                self.tokenizer,
+                [prompt for prompt in prompts for _ in range(2)],
+                config.max_new_tokens,
+                config.temperature,
+            )
+        texts = batch.texts(self.tokenizer)
+        labelled = [
+            self.oracle.compare(prompt, texts[2 * i], texts[2 * i + 1], self.sample_rng)
+            for i, prompt in enumerate(prompts)
+        ]
+        exact = list(map(self.task.reward, [p for p in prompts for _ in range(2)], texts))
+        pairs = [pair for pair in labelled if pair is not None]
+        stats = {
+            "pairs_kept": len(pairs) / len(prompts),
+            "exact_match_sampled": sum(exact) / len(exact),
+        }
+        return pairs, stats
+
+    def _loss(self, piece) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The config's loss on a micro-batch of pairs, with DPO's usual metrics: the implicit
+        rewards of chosen and rejected (eq-dpo-implicit-reward), their margin and how often the
+        chosen one's is larger (the reward accuracy)."""
+        config = self.config
+        pairs, ref_logps = piece
+        batch = pair_batch(self.tokenizer, pairs, self.model.device)
+        chosen, rejected = batch.sequence_logprobs(self.model, config.averages_tokens)
+        if config.loss_type == "simpo":
+            loss = simpo_loss(
+                chosen, rejected, config.beta, config.simpo_gamma, config.label_smoothing
+            )
+            ref_chosen = ref_rejected = torch.zeros_like(chosen)
+        else:
+            ref_chosen, ref_rejected = ref_logps[:, 0], ref_logps[:, 1]
+            loss = dpo_loss(
+                chosen,
+                rejected,
+                ref_chosen,
+                ref_rejected,
+                config.beta,
+                config.loss_type,
+                config.label_smoothing,
+            )
+        with torch.no_grad():
+            reward_chosen = implicit_rewards(chosen, ref_chosen, config.beta)
+            reward_rejected = implicit_rewards(rejected, ref_rejected, config.beta)
+            return loss, {
+                "reward_chosen": reward_chosen.mean(),
+                "reward_rejected": reward_rejected.mean(),
+                "reward_margin": (reward_chosen - reward_rejected).mean(),
+                "reward_accuracy": (reward_chosen > reward_rejected).float().mean(),
+                "logp_chosen": chosen.mean(),
+                "logp_rejected": rejected.mean(),
+            }
+
+    # ---- evaluation and state -----------------------------------------------------------------
+
+    def evaluate(
+        self, num_prompts: int | None = None, seed: int = 0, per_prompt: bool = False
+    ) -> dict:
+        """The policy on the first ``num_prompts`` held-out prompts (None: all 500;
+        ``held_out_scores``): exact match and the oracle's gold score, greedy and sampled at
+        ``temperature``, the KL to the reference, and ``win_rate``: how often the oracle prefers
+        the policy's greedy answer to the reference's (a tie counts one half;
+        ``win_rate_sampled``: the same for answers sampled at ``temperature``)."""
+        config = self.config
+        prompts = heldout_prompts(self.data, num_prompts)
+        with self.reference_model() as reference, torch.no_grad(), self.autocast():
+            scores = held_out_scores(
+                self.model,
+                self.tokenizer,
+                self.task,
+                prompts,
+                config.max_new_tokens,
+                config.temperature,
+                oracle=self.oracle,
+                reference_logprobs=lambda batch: response_logprobs(
+                    reference,
+                    batch.prompts,
+                    batch.response_ids,
+                    batch.response_mask,
+                    batch.temperature,
+                ),
+                seed=seed,
+                per_prompt=True,
+            )
+            baseline = held_out_scores(
+                reference,
+                self.tokenizer,
+                self.task,
+                prompts,
+                config.max_new_tokens,
+                config.temperature,
+                seed=seed,
+                per_prompt=True,
+            )
+        for suffix in ("", "_sampled"):
+            scores[f"win_rate{suffix}"] = win_outcomes(
+                self.oracle,
+                prompts,
+                scores[f"completions{suffix}"],
+                baseline[f"completions{suffix}"],
+            )
+        if per_prompt:
+            return scores
+        return {
+            name: sum(values) / len(values)
+            for name, values in scores.items()
+            if not name.startswith("completions")
+        }
+
+    def result(self) -> LanguageModelResult:
+        return LanguageModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer)
+
+    def _state(self) -> dict:
+        return {
+            **super()._state(),
+            "order": list(self.order),
+            "order_rng": random_state(self.order_rng),
+            "sample_rng": random_state(self.sample_rng),
+            "data_rng": random_state(self.data.train_rng),
+        }
+
+    def _load_state(self, state: dict) -> None:
+        super()._load_state(state)
+        self.order = list(state["order"])
+        set_random_state(self.order_rng, state["order_rng"])
+        set_random_state(self.sample_rng, state["sample_rng"])
+        set_random_state(self.data.train_rng, state["data_rng"])

@@ -19,7 +19,7 @@ from rlkit.llm.reward_model import score
 from rlkit.llm.tasks import PreferenceOracle, Task, TaskData
 from rlkit.training import eval_mode, is_count, require
 
-__all__ = ["held_out_scores", "heldout_prompts"]
+__all__ = ["held_out_scores", "heldout_prompts", "win_outcomes"]
 
 
 def heldout_prompts(data: TaskData, num_prompts: int | None = None) -> list[str]:
@@ -82,3 +82,22 @@ def held_out_scores(
         for name, values in scores.items()
         if not name.startswith("completions")
     }
+
+
+def win_outcomes(
+    oracle: PreferenceOracle, prompts: list[str], completions: list[str], baseline: list[str]
+) -> list[float]:
+    """Per prompt, whether the oracle's noiseless score prefers ``completions`` to ``baseline``'s
+    answer: 1 for a win, 1/2 for a tie, 0 for a loss. Their mean is the win rate over the
+    baseline."""
+    require(
+        len(prompts) == len(completions) == len(baseline),
+        "baseline",
+        f"one answer per prompt ({len(prompts)} prompts, {len(completions)} completions)",
+        len(baseline),
+    )
+    outcomes = []
+    for prompt, completion, other in zip(prompts, completions, baseline):
+        ours, theirs = oracle.score(prompt, completion), oracle.score(prompt, other)
+        outcomes.append(1.0 if ours > theirs else 0.5 if ours == theirs else 0.0)
+    return outcomes

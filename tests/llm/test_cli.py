@@ -1,5 +1,5 @@
-"""Language-model runs on the command line: ``rlkit train sft | reward-model | rlhf-ppo | grpo``,
-run folders with a saved model that ``--model`` starts the next run from, exact resume, and
+"""Language-model runs on the command line: ``rlkit train sft | reward-model | rlhf-ppo | grpo |
+dpo``, run folders with a saved model that ``--model`` starts the next run from, exact resume, and
 ``rlkit eval`` of a language-model run."""
 
 import csv
@@ -179,3 +179,19 @@ def test_grpo_trains_from_an_sft_run_and_eval_reports_it(runs, capsys):
 def test_grpo_without_a_model_is_refused_by_name(tmp_path, capsys):
     assert main(["train", "grpo", "--out", str(tmp_path / "g")]) == 1
     assert "sft_folder" in capsys.readouterr().err
+
+
+def test_dpo_trains_from_an_sft_run_and_eval_reports_its_win_rate(runs, capsys):
+    dpo = ["train", "dpo", "--model", str(runs / "sft"), "--out", str(runs / "dpo")]
+    small = ["--set", "num_train_pairs=24", "--set", "batch_size=8"]
+    assert main([*dpo, "--checkpoint-every", "2", *small]) == 0
+    config = json.loads((runs / "dpo" / "config.json").read_text())
+    assert config["algorithm"] == "dpo"
+    assert config["config"]["sft_folder"] == str(runs / "sft" / MODEL_FOLDER)
+    with open(runs / "dpo" / "metrics.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert [row["step"] for row in rows] == ["1", "2", "3"]
+    assert "reward_accuracy" in rows[0] and "reward_margin" in rows[0]
+    assert main(["eval", str(runs / "dpo"), "--prompts", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "  win_rate = " in out and "  kl = " in out and "  gold = " in out
