@@ -39,8 +39,8 @@ from transformers import AutoTokenizer, PreTrainedModel
 from rlkit.llm.evaluation import held_out_scores, heldout_prompts, win_outcomes
 from rlkit.llm.generation import (
     PromptBatch,
-    encode_prompts,
     generate,
+    left_pad,
     response_logprobs,
     right_pad,
 )
@@ -71,7 +71,9 @@ __all__ = [
     "DPOTrainer",
     "dpo_loss",
     "implicit_rewards",
+    "collate_pairs",
     "pair_batch",
+    "tokenize_pairs",
     "sequence_logprobs",
     "simpo_loss",
 ]
@@ -304,10 +306,17 @@ class PairBatch:
         return both.chunk(2)
 
 
-def pair_batch(
-    tokenizer, pairs: list[PreferencePair], device: str | torch.device = "cpu"
-) -> PairBatch:
-    """The pairs in the layout the policy scores (``PairBatch``); a pair whose two answers are one
+@dataclass(frozen=True)
+class TokenizedPair:
+    """A pair's token ids: ``<bos> prompt``, and each answer followed by ``<eos>``."""
+
+    prompt: list[int]
+    chosen: list[int]
+    rejected: list[int]
+
+
+def tokenize_pairs(tokenizer, pairs: list[PreferencePair]) -> list[TokenizedPair]:
+    """Each pair's token ids, in three batched tokenizer calls; a pair whose two answers are one
     is refused (the loss has nothing to compare)."""
     require(len(pairs) > 0, "pairs", "a non-empty list of preference pairs", pairs)
     for index, pair in enumerate(pairs):
@@ -317,17 +326,34 @@ def pair_batch(
             "a pair whose chosen and rejected answers differ",
             pair,
         )
-    prompts = encode_prompts(tokenizer, [pair.prompt for pair in pairs] * 2)
-    answers = [pair.chosen for pair in pairs] + [pair.rejected for pair in pairs]
-    encoded = tokenizer(answers, add_special_tokens=False)["input_ids"]
+    prompts = tokenizer([pair.prompt for pair in pairs], add_special_tokens=True)["input_ids"]
+    answers = tokenizer(
+        [pair.chosen for pair in pairs] + [pair.rejected for pair in pairs],
+        add_special_tokens=False,
+    )["input_ids"]
+    answers = [ids + [tokenizer.eos_token_id] for ids in answers]
+    return [
+        TokenizedPair(prompt, chosen, rejected)
+        for prompt, chosen, rejected in zip(prompts, answers[: len(pairs)], answers[len(pairs) :])
+    ]
+
+
+def collate_pairs(
+    pairs: list[TokenizedPair], pad_id: int, device: str | torch.device = "cpu"
+) -> PairBatch:
+    """Tokenized pairs as one ``PairBatch``: chosen rows first, then rejected."""
+    prompts = [pair.prompt for pair in pairs] * 2
     ids, mask = right_pad(
-        [answer + [tokenizer.eos_token_id] for answer in encoded], require_pad_token(tokenizer)
+        [pair.chosen for pair in pairs] + [pair.rejected for pair in pairs], pad_id, device
     )
-    return PairBatch(
-        PromptBatch(*(tensor.to(device) for tensor in vars(prompts).values())),
-        ids.to(device),
-        mask.to(device),
-    )
+    return PairBatch(left_pad(prompts, pad_id, device), ids, mask)
+
+
+def pair_batch(
+    tokenizer, pairs: list[PreferencePair], device: str | torch.device = "cpu"
+) -> PairBatch:
+    """The pairs in the layout the policy scores (``PairBatch``)."""
+    return collate_pairs(tokenize_pairs(tokenizer, pairs), require_pad_token(tokenizer), device)
 
 
 class DPOTrainer(LanguageModelTrainer):
@@ -374,10 +400,13 @@ class DPOTrainer(LanguageModelTrainer):
         self.reference = None
         if config.uses_reference and config.lora_rank is None:
             self.reference = frozen(copy.deepcopy(policy).to(config.device))
+        self.pad_id = require_pad_token(tokenizer)
         self.train_pairs = self._offline_pairs(train_pairs) if config.pairs == "offline" else []
+        # tokenized once, as the pairs are fixed: a step only pads its batch
+        self.train_tokens = tokenize_pairs(tokenizer, self.train_pairs) if self.train_pairs else []
         self.ref_logps = None
         if self.train_pairs and config.uses_reference and config.precompute_ref_log_probs:
-            self.ref_logps = self._reference_logps(self.train_pairs)
+            self.ref_logps = self._reference_logps(self.train_tokens)
             if config.sft_folder is not None:
                 self.reference = None  # reloaded from sft_folder to evaluate
         self.order_rng = random.Random(config.seed)
@@ -417,13 +446,13 @@ class DPOTrainer(LanguageModelTrainer):
                 load_causal_lm(self.config.sft_folder, dtype=torch.float32).to(self.config.device)
             )
 
-    def _reference_logps(self, pairs: list[PreferencePair], chunk: int = 512) -> torch.Tensor:
+    def _reference_logps(self, pairs: list[TokenizedPair], chunk: int = 512) -> torch.Tensor:
         """``[N, 2]``: the reference's log-probabilities of each pair's chosen and rejected
         answer."""
         average, parts = self.config.averages_tokens, []
         with self.reference_model() as reference, torch.no_grad(), self.autocast():
             for start in range(0, len(pairs), chunk):
-                batch = pair_batch(self.tokenizer, pairs[start : start + chunk], self.model.device)
+                batch = collate_pairs(pairs[start : start + chunk], self.pad_id, self.model.device)
                 parts.append(torch.stack(batch.sequence_logprobs(reference, average), dim=1))
         return torch.cat(parts)
 
@@ -440,13 +469,14 @@ class DPOTrainer(LanguageModelTrainer):
         )
         return row | self.optimizer_step(pieces, [len(piece[0]) for piece in pieces], self._loss)
 
-    def _next_pairs(self) -> tuple[list[PreferencePair], torch.Tensor, dict[str, float]]:
+    def _next_pairs(self) -> tuple[list[TokenizedPair], torch.Tensor, dict[str, float]]:
         """The step's pairs with their reference log-probabilities (``[B, 2]``; zeros for SimPO)."""
         if self.config.pairs == "online":
-            pairs, stats = self._online_pairs()
+            labelled, stats = self._online_pairs()
+            pairs = tokenize_pairs(self.tokenizer, labelled) if labelled else []
         else:
             index = self._next_indices()
-            pairs, stats = [self.train_pairs[i] for i in index], {}
+            pairs, stats = [self.train_tokens[i] for i in index], {}
             if self.ref_logps is not None:
                 return pairs, self.ref_logps[index], stats
         if not self.config.uses_reference or not pairs:
@@ -466,7 +496,8 @@ class DPOTrainer(LanguageModelTrainer):
     def _online_pairs(self) -> tuple[list[PreferencePair], dict[str, float]]:
         """Two completions of the policy for each of ``batch_size`` fresh prompts, labelled by the
         oracle; a tie (two answers the oracle scores alike, e.g. both right) teaches nothing and is
-        dropped."""
+        dropped. (The answers are tokenized again from their text: the character tokenizer gives
+        back the sampled ids; a BPE tokenizer may split a text otherwise than it was sampled.)"""
         config = self.config
         prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
         with torch.no_grad(), self.autocast():
@@ -496,7 +527,7 @@ class DPOTrainer(LanguageModelTrainer):
         chosen one's is larger (the reward accuracy)."""
         config = self.config
         pairs, ref_logps = piece
-        batch = pair_batch(self.tokenizer, pairs, self.model.device)
+        batch = collate_pairs(pairs, self.pad_id, self.model.device)
         chosen, rejected = batch.sequence_logprobs(self.model, config.averages_tokens)
         if config.loss_type == "simpo":
             loss = simpo_loss(

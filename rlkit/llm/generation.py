@@ -64,11 +64,15 @@ def right_pad(
     scoring."""
     require(len(sequences) > 0, "sequences", "a non-empty list", sequences)
     width = max(len(sequence) for sequence in sequences)
-    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        input_ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-        attention_mask[row, : len(sequence)] = 1
+    # padded as lists, then one tensor each (as left_pad: a row at a time costs more)
+    input_ids = torch.tensor(
+        [list(sequence) + [pad_id] * (width - len(sequence)) for sequence in sequences],
+        dtype=torch.long,
+    )
+    attention_mask = torch.tensor(
+        [[1] * len(sequence) + [0] * (width - len(sequence)) for sequence in sequences],
+        dtype=torch.long,
+    )
     return input_ids.to(device), attention_mask.to(device)
 
 

@@ -154,12 +154,13 @@ def test_with_lora_the_reference_is_the_base_model_and_only_adapters_learn():
 def test_online_pairs_are_the_policy_s_own_answers_labelled_by_the_oracle():
     trainer = trainer_for(DPOConfig(**SMALL, pairs="online"))
     assert trainer.train_pairs == []
-    pairs, ref_logps, stats = trainer._next_pairs()
+    pairs, stats = trainer._online_pairs()
     assert 0 <= stats["pairs_kept"] <= 1 and len(pairs) == round(stats["pairs_kept"] * 8)
     oracle = PreferenceOracle(SortTask(4))
     for pair in pairs:  # labels are noisy: the scores differ, in either order
         assert oracle.score(pair.prompt, pair.chosen) != oracle.score(pair.prompt, pair.rejected)
-    assert ref_logps.shape == (len(pairs), 2)
+    tokenized, ref_logps, _ = trainer._next_pairs()
+    assert ref_logps.shape == (len(tokenized), 2)
     assert len(run(trainer, 2)) == 2
 
 
