@@ -138,7 +138,7 @@ test:
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
-		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO and GRPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1' LLM_BENCH_CACHE=$(CURDIR)/$(TEST_RUN_CACHE)"
+		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO, GRPO and DPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1' LLM_BENCH_CACHE=$(CURDIR)/$(TEST_RUN_CACHE)"
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
@@ -163,6 +163,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ppo_cartpole.py $(BENCH_FLAGS)
 	$(BIN)/python bench/rlhf_ppo.py $(BENCH_FLAGS) --cache $(LLM_BENCH_CACHE)
 	$(BIN)/python bench/grpo_trl.py $(BENCH_FLAGS) --cache $(LLM_BENCH_CACHE)
+	$(BIN)/python bench/dpo_trl.py $(BENCH_FLAGS) --cache $(LLM_BENCH_CACHE)
 	$(BIN)/python bench/gpu_llm.py $(BENCH_FLAGS)
 
 clean:
