@@ -1,14 +1,20 @@
 """GRPO and its family on the sort task (Chapter 11): each variant of ``VARIANTS`` from each seed's
 under-trained SFT start, scored on held-out prompts every ``--eval-every`` iterations, and PPO on
 the task's reward (Chapter 10's trainer, with its critic and reference) beside them. Chapter 11's
-figures and tables read the results file.
+figures and tables read the results file. Chapter 12's read DPO's variants, set beside RLHF-PPO
+(Chapter 10's trainer with Chapter 9's reward model) and GRPO.
 
     python tools/grpo_sweep.py --seeds 0 1 2 --out book/data/grpo_sweep.json
+    python tools/grpo_sweep.py --seeds 0 1 2 --variants grpo rlhf_ppo dpo dpo_beta01 ipo cdpo \
+        simpo dpo_online dpo_online_beta01 --out book/data/preference_sweep.json
 
 Each record is one run: its variant, seed and settings, the held-out scores at each evaluation
-(``evaluate``: greedy and sampled exact match, and the wall time so far), the training history
-averaged over blocks of ``--block`` iterations, as columns (reward, zero-variance groups, entropy,
-clip fraction, lengths, seconds per iteration), and the process's peak resident memory. The runs
+(``evaluate``: greedy and sampled exact match, and the wall time so far, evaluations included),
+the training history averaged over blocks of ``--block`` iterations, as columns (reward,
+zero-variance groups, entropy, clip fraction, lengths, seconds per iteration; DPO's implicit
+rewards), the seconds of training alone, the models the trainer holds while it trains, the
+process's peak resident memory, and ``final``: the last evaluation's greedy exact match, the
+oracle's mean score and its win rate over the SFT start (a tie one half), per prompt. The runs
 go ``--jobs`` at a time, one thread each, each in a fresh process (so that the peak memory is the
 run's own).
 """
@@ -27,9 +33,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlkit.llm.dpo import DPOConfig, DPOTrainer
+from rlkit.llm.evaluation import held_out_scores, heldout_prompts, win_outcomes
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer
+from rlkit.llm.models import load_causal_lm
+from rlkit.llm.reward_model import rlhf_starting_point
 from rlkit.llm.rlhf_ppo import RLHFPPOConfig, RLHFPPOTrainer
 from rlkit.llm.sft import sft_starting_point
+from rlkit.llm.tasks import PreferenceOracle
 
 FOUR_STEPS = dict(minibatch_size=16)  # four AdamW steps per batch of 64: the ratio leaves 1
 VARIANTS = {
@@ -54,6 +65,17 @@ VARIANTS = {
     ),
     # Chapter 10's PPO on the task's exact-match reward, with its critic and reference
     "ppo": dict(trainer="ppo", reward="task", kl_coef=0.05, critic_from="policy"),
+    # Chapter 10's RLHF-PPO as its learning test runs it: Chapter 9's reward model, the critic from
+    # it, the reference, kl_coef 0.3
+    "rlhf_ppo": dict(trainer="rlhf_ppo", kl_coef=0.3),
+    # Chapter 12: DPO on Chapter 9's labelled pairs, its variants, and online DPO
+    "dpo": dict(trainer="dpo"),
+    "dpo_beta01": dict(trainer="dpo", beta=0.1),
+    "ipo": dict(trainer="dpo", loss_type="ipo"),
+    "cdpo": dict(trainer="dpo", label_smoothing=0.1),  # the labels' own flip rate
+    "simpo": dict(trainer="dpo", loss_type="simpo", beta=2.0),
+    "dpo_online": dict(trainer="dpo", pairs="online"),
+    "dpo_online_beta01": dict(trainer="dpo", pairs="online", beta=0.1),
 }
 HISTORY_FIELDS = (
     "reward",
@@ -68,12 +90,35 @@ HISTORY_FIELDS = (
     "response_length",
     "truncated",
     "kl",
+    "loss",
+    "reward_accuracy",
+    "reward_margin",
+    "reward_chosen",
+    "reward_rejected",
+    "logp_chosen",
+    "logp_rejected",
+    "pairs_kept",
 )
 
 
-def build(variant: str, seed: int, iterations: int, sft_folder: Path):
+def build(variant: str, seed: int, iterations: int, cache: Path):
+    """The variant's trainer from seed ``seed``'s starting point (``iterations``: GRPO's and PPO's;
+    DPO's steps are its pairs over its batch)."""
     settings = dict(VARIANTS[variant])
-    if settings.pop("trainer", "grpo") == "ppo":
+    kind = settings.pop("trainer", "grpo")
+    sft_folder = sft_starting_point(cache / f"sft-start-{seed}", seed=seed)
+    if kind == "dpo":
+        return DPOTrainer(DPOConfig(sft_folder=str(sft_folder), seed=seed, **settings))
+    if kind == "rlhf_ppo":
+        sft_folder, reward_folder = rlhf_starting_point(cache, seed)
+        config = RLHFPPOConfig(
+            sft_folder=str(sft_folder),
+            reward_model_folder=str(reward_folder),
+            seed=seed,
+            **settings,
+        )
+        return RLHFPPOTrainer(config)
+    if kind == "ppo":
         config = RLHFPPOConfig(
             sft_folder=str(sft_folder), seed=seed, num_iterations=iterations, **settings
         )
@@ -91,10 +136,11 @@ def blocks(history: list[dict], size: int) -> dict[str, list[float]]:
     columns: dict[str, list[float]] = {"iteration": []}
     for start in range(0, len(history), size):
         block = history[start : start + size]
-        columns["iteration"].append(block[-1]["iteration"])
+        columns["iteration"].append(block[-1].get("iteration", block[-1].get("step")))
         for field in HISTORY_FIELDS:
-            if field in block[0]:
-                columns.setdefault(field, []).append(float(np.mean([r[field] for r in block])))
+            if any(field in row for row in block):  # online DPO may skip a step's loss
+                values = [row[field] for row in block if field in row]
+                columns.setdefault(field, []).append(float(np.mean(values)))
         seconds = [sum(v for k, v in r.items() if k.startswith("seconds_")) for r in block]
         columns.setdefault("seconds", []).append(float(np.mean(seconds)))
     return columns
@@ -104,12 +150,14 @@ def run(task: tuple) -> dict:
     """One run, scored before training and every ``eval_every`` iterations."""
     cache, variant, seed, iterations, eval_every, prompts, block = task
     torch.set_num_threads(1)
-    sft_folder = sft_starting_point(cache / f"sft-start-{seed}", seed=seed)
-    trainer = build(variant, seed, iterations, sft_folder)
+    trainer = build(variant, seed, iterations, cache)
+    held = models_held(trainer)
     scores = [dict(iteration=0, seconds=0.0, **summary(trainer.evaluate(prompts)))]
-    start = time.perf_counter()
+    start, training = time.perf_counter(), 0.0
     while not trainer.finished:
+        step_start = time.perf_counter()
         trainer.run_update()
+        training += time.perf_counter() - step_start
         if trainer.updates_done % eval_every == 0 or trainer.finished:
             seconds = time.perf_counter() - start
             evaluation = summary(trainer.evaluate(prompts))
@@ -118,19 +166,57 @@ def run(task: tuple) -> dict:
         variant=variant,
         seed=seed,
         settings=VARIANTS[variant],
-        iterations=iterations,
+        iterations=trainer.num_updates,
         scores=scores,
         history=blocks(trainer.history, block),
+        training_seconds=training,
+        models_held=held,
+        final=against_the_start(trainer, cache, seed, prompts),
         peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
     print(json.dumps({k: record[k] for k in ("variant", "seed")} | scores[-1]), flush=True)
     return record
 
 
+def models_held(trainer) -> int:
+    """The networks a trainer keeps while it trains: the policy, and its reference, critic and
+    reward model where it has them (DPO's reference leaves once its log-probabilities are
+    precomputed)."""
+    names = ("model", "reference", "critic", "reward_model")
+    return sum(getattr(trainer, name, None) is not None for name in names)
+
+
+def against_the_start(trainer, cache: Path, seed: int, prompts: int) -> dict:
+    """Per held-out prompt: the trained policy's greedy exact match, the oracle's score, and the
+    oracle's verdict against the SFT start's greedy answer (1 win, 1/2 tie, 0 loss)."""
+    folder = sft_starting_point(cache / f"sft-start-{seed}", seed=seed)
+    start = load_causal_lm(folder, dtype=torch.float32).eval()
+    questions = heldout_prompts(trainer.data, prompts)
+    answers = {}
+    for name, model in (("trained", trainer.model), ("start", start)):
+        with torch.no_grad():
+            answers[name] = held_out_scores(
+                model,
+                trainer.tokenizer,
+                trainer.task,
+                questions,
+                trainer.config.max_new_tokens,
+                per_prompt=True,
+            )
+    oracle, trained = PreferenceOracle(trainer.task), answers["trained"]
+    return {
+        "exact_match": [float(value) for value in trained["exact_match"]],
+        "gold": [oracle.score(p, c) for p, c in zip(questions, trained["completions"])],
+        "win": win_outcomes(
+            oracle, questions, trained["completions"], answers["start"]["completions"]
+        ),
+    }
+
+
 def summary(evaluation: dict) -> dict:
     return {
         key: float(evaluation[key])
-        for key in ("exact_match", "exact_match_sampled", "kl")
+        for key in ("exact_match", "exact_match_sampled", "kl", "gold", "win_rate")
         if key in evaluation
     }
 
@@ -164,6 +250,8 @@ def main() -> None:
     cache = args.cache.resolve()
     for seed in args.seeds:  # built once, before the runs that share them
         sft_starting_point(cache / f"sft-start-{seed}", seed=seed)
+        if "rlhf_ppo" in args.variants:
+            rlhf_starting_point(cache, seed)
     tasks = [
         (
             cache,
