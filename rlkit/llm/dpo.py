@@ -38,6 +38,7 @@ from transformers import AutoTokenizer, PreTrainedModel
 
 from rlkit.llm.evaluation import held_out_scores, heldout_prompts, win_outcomes
 from rlkit.llm.generation import (
+    DECODERS,
     PromptBatch,
     generate,
     left_pad,
@@ -239,6 +240,9 @@ class DPOConfig(LanguageModelTrainingConfig):
     precompute_ref_log_probs: bool = True
     max_new_tokens: int = 8  # the completion's length limit, sampling online and evaluating
     temperature: float = 0.6  # online sampling's and the sampled evaluation's temperature
+    # online sampling's decoder: "kv_loop", rlkit's decoding loop (less overhead per token, which
+    # dominates for small models), or "hf", model.generate
+    decoder: str = "kv_loop"
     learning_rate: float = 1e-4  # AdamW's peak step size
     warmup_steps: int = 10  # in optimizer steps
 
@@ -272,6 +276,7 @@ class DPOConfig(LanguageModelTrainingConfig):
         require(
             is_finite_number(self.simpo_gamma), "simpo_gamma", "a finite number", self.simpo_gamma
         )
+        require(self.decoder in DECODERS, "decoder", f"one of {DECODERS}", self.decoder)
         require(
             isinstance(self.precompute_ref_log_probs, bool),
             "precompute_ref_log_probs",
@@ -507,6 +512,8 @@ class DPOTrainer(LanguageModelTrainer):
                 [prompt for prompt in prompts for _ in range(2)],
                 config.max_new_tokens,
                 config.temperature,
+                decoder=config.decoder,
+                with_logprobs=False,  # the loss reads the answers' log-probs under its own pass
             )
         texts = batch.texts(self.tokenizer)
         labelled = [

@@ -207,6 +207,7 @@ def test_win_outcomes_count_a_tie_as_one_half():
         (dict(label_noise=0.5), "label_noise"),
         (dict(precompute_ref_log_probs="yes"), "precompute_ref_log_probs"),
         (dict(simpo_gamma=float("nan")), "simpo_gamma"),
+        (dict(decoder="beam"), "decoder"),
     ],
 )
 def test_bad_settings_name_the_field(change, field):
