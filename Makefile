@@ -45,8 +45,9 @@ JOBS ?= 2
 # measures how A3C scales from one worker to two, and Chapter 9 trains its two reward models side
 # by side, one process each. Chapter 10 trains a reward model and three PPO runs, the nearest of
 # the rest to the three-minute budget (beside another notebook it once came within 13 s of it), so
-# it runs alone too.
-NOTEBOOKS_ALONE := ch06_actor_critic ch09_reward_models ch10_rlhf_ppo
+# it runs alone too, and so does Chapter 12 (an offline and an online DPO run: 106 s beside Chapter
+# 10 on a normal day, 159 s beside Chapter 11 when the machine ran a third slower).
+NOTEBOOKS_ALONE := ch06_actor_critic ch09_reward_models ch10_rlhf_ppo ch12_dpo
 # Under the portable kernels no notebook is held to the three minutes (only a cell to its limit
 # below), so only the two that use both cores run alone there. (Paired, Chapter 9's two training
 # processes beside another notebook took it from 211 s to 405 s, its training cell too near 360.)
