@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoTokenizer, PreTrainedModel
 
-from rlkit.llm.evaluation import held_out_scores, heldout_prompts, win_outcomes
+from rlkit.llm.evaluation import held_out_scores, heldout_prompts, means, win_outcomes
 from rlkit.llm.generation import (
     DECODERS,
     PromptBatch,
@@ -47,7 +47,13 @@ from rlkit.llm.generation import (
 )
 from rlkit.llm.models import load_causal_lm
 from rlkit.llm.reward_model import bradley_terry_loss
-from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask, TaskData
+from rlkit.llm.tasks import (
+    PreferenceOracle,
+    PreferencePair,
+    SortTask,
+    TaskData,
+    require_label_noise,
+)
 from rlkit.llm.tokenizer import require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelResult,
@@ -251,12 +257,7 @@ class DPOConfig(LanguageModelTrainingConfig):
         for name in ("num_digits", "num_train_pairs", "epochs", "batch_size", "max_new_tokens"):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         require(self.pairs in PAIRS, "pairs", f"one of {PAIRS}", self.pairs)
-        require(
-            is_finite_number(self.label_noise) and 0 <= self.label_noise < 0.5,
-            "label_noise",
-            "a number in [0, 0.5)",
-            self.label_noise,
-        )
+        require_label_noise(self.label_noise)
         require(
             self.loss_type in TRAINER_LOSS_TYPES,
             "loss_type",
@@ -612,13 +613,7 @@ class DPOTrainer(LanguageModelTrainer):
                 scores[f"completions{suffix}"],
                 baseline[f"completions{suffix}"],
             )
-        if per_prompt:
-            return scores
-        return {
-            name: sum(values) / len(values)
-            for name, values in scores.items()
-            if not name.startswith("completions")
-        }
+        return scores if per_prompt else means(scores)
 
     def result(self) -> LanguageModelResult:
         return LanguageModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer)

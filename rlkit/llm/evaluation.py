@@ -19,7 +19,7 @@ from rlkit.llm.reward_model import score
 from rlkit.llm.tasks import PreferenceOracle, Task, TaskData
 from rlkit.training import eval_mode, is_count, require
 
-__all__ = ["held_out_scores", "heldout_prompts", "win_outcomes"]
+__all__ = ["held_out_scores", "heldout_prompts", "means", "win_outcomes"]
 
 
 def heldout_prompts(data: TaskData, num_prompts: int | None = None) -> list[str]:
@@ -75,8 +75,11 @@ def held_out_scores(
             with torch.no_grad():
                 log_ratio = (batch.logprobs - reference_logprobs(batch)) * batch.response_mask
             scores["kl"] = log_ratio.sum(dim=1).tolist()
-    if per_prompt:
-        return scores
+    return scores if per_prompt else means(scores)
+
+
+def means(scores: dict[str, list]) -> dict[str, float]:
+    """Each per-prompt score's mean over the prompts (the completions left out)."""
     return {
         name: sum(values) / len(values)
         for name, values in scores.items()

@@ -28,7 +28,7 @@ from rlkit.llm.models import (
     reward_model_from_causal_lm,
     tiny_config,
 )
-from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
+from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask, require_label_noise
 from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelTrainer,
@@ -199,12 +199,7 @@ class RewardModelConfig(LanguageModelTrainingConfig):
             "eval_every",
         ):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
-        require(
-            is_finite_number(self.label_noise) and 0 <= self.label_noise < 0.5,
-            "label_noise",
-            "a number in [0, 0.5)",
-            self.label_noise,
-        )
+        require_label_noise(self.label_noise)
         require(
             is_finite_number(self.margin) and self.margin >= 0,
             "margin",

@@ -175,6 +175,17 @@ class TaskData:
         return batch
 
 
+def require_label_noise(label_noise: float) -> None:
+    """A ValueError naming ``label_noise`` unless it is a probability of flipping a label below
+    one half (at one half the labels say nothing)."""
+    require(
+        is_finite_number(label_noise) and 0 <= label_noise < 0.5,
+        "label_noise",
+        "a number in [0, 0.5)",
+        label_noise,
+    )
+
+
 @dataclass(frozen=True)
 class PreferencePair:
     prompt: str
@@ -198,12 +209,7 @@ class PreferenceOracle:
     def __init__(self, task: SortTask | None = None, label_noise: float = 0.1):
         self.task = task or SortTask()
         require(isinstance(self.task, SortTask), "task", "a SortTask", task)
-        require(
-            is_finite_number(label_noise) and 0 <= label_noise < 0.5,
-            "label_noise",
-            "a number in [0, 0.5)",
-            label_noise,
-        )
+        require_label_noise(label_noise)
         self.label_noise = label_noise
 
     def score(self, prompt: str, completion: str) -> float:
