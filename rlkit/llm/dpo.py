@@ -403,18 +403,20 @@ class DPOTrainer(LanguageModelTrainer):
             "<bos> prompt answer <eos> (num_digits and max_new_tokens)",
         )
         self.model.eval()  # dropout off: the log-probabilities are the reference's at the start
-        self.reference = None
-        if config.uses_reference and config.lora_rank is None:
-            self.reference = frozen(copy.deepcopy(policy).to(config.device))
         self.pad_id = require_pad_token(tokenizer)
         self.train_pairs = self._offline_pairs(train_pairs) if config.pairs == "offline" else []
         # tokenized once, as the pairs are fixed: a step only pads its batch
         self.train_tokens = tokenize_pairs(tokenizer, self.train_pairs) if self.train_pairs else []
+        precompute = bool(self.train_pairs) and config.uses_reference
+        precompute = precompute and config.precompute_ref_log_probs
+        # a frozen copy of the start, unless LoRA's base model serves, or the reference is only
+        # needed now (precomputed) and later reloaded from sft_folder to evaluate
+        keep_copy = config.uses_reference and config.lora_rank is None
+        keep_copy = keep_copy and not (precompute and config.sft_folder is not None)
+        self.reference = frozen(copy.deepcopy(policy).to(config.device)) if keep_copy else None
         self.ref_logps = None
-        if self.train_pairs and config.uses_reference and config.precompute_ref_log_probs:
-            self.ref_logps = self._reference_logps(self.train_tokens)
-            if config.sft_folder is not None:
-                self.reference = None  # reloaded from sft_folder to evaluate
+        if precompute:  # before the first step the policy is the reference
+            self.ref_logps = self._reference_logps(self.train_tokens, at_start=True)
         self.order_rng = random.Random(config.seed)
         self.sample_rng = random.Random(f"dpo-online-{config.seed}")
         self.order: list[int] = []
@@ -452,11 +454,17 @@ class DPOTrainer(LanguageModelTrainer):
                 load_causal_lm(self.config.sft_folder, dtype=torch.float32).to(self.config.device)
             )
 
-    def _reference_logps(self, pairs: list[TokenizedPair], chunk: int = 512) -> torch.Tensor:
+    def _reference_logps(
+        self, pairs: list[TokenizedPair], chunk: int = 512, at_start: bool = False
+    ) -> torch.Tensor:
         """``[N, 2]``: the reference's log-probabilities of each pair's chosen and rejected
-        answer."""
+        answer (``at_start``: before any step, when the policy without LoRA is the reference)."""
         average, parts = self.config.averages_tokens, []
-        with self.reference_model() as reference, torch.no_grad(), self.autocast():
+        if at_start and self.config.lora_rank is None:
+            reference_context = contextlib.nullcontext(self.model)
+        else:
+            reference_context = self.reference_model()
+        with reference_context as reference, torch.no_grad(), self.autocast():
             for start in range(0, len(pairs), chunk):
                 batch = collate_pairs(pairs[start : start + chunk], self.pad_id, self.model.device)
                 parts.append(torch.stack(batch.sequence_logprobs(reference, average), dim=1))
