@@ -29,6 +29,11 @@ the GPU path works end to end, run by ``make test``.
 reward model, no reference at beta 0), 8 prompts x 8 completions on CUDA: generation and training
 tokens/s, each phase's share, peak memory.
 
+**dpo** (Chapter 12): ``DPOTrainer`` on the same 0.4B policy shape, 64 of the sort task's oracle
+pairs per step (128 rows, chosen and rejected), the reference's log-probabilities computed once
+before the first step (the default): the reference pass's and the training step's tokens/s, peak
+memory.
+
     python bench/gpu_llm.py                  # every section: the large models on CUDA when there
                                              # is one, else the tiny smoke test
     python bench/gpu_llm.py --size tiny --section rlhf-ppo   # one section's smoke test anywhere
@@ -46,6 +51,7 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rlkit.llm.dpo import DPOConfig, DPOTrainer  # noqa: E402
 from rlkit.llm.generation import generate_without_model_defaults, left_pad, sampling_config  # noqa: E402
 from rlkit.llm.grpo import PHASES as GRPO_PHASES  # noqa: E402
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
@@ -323,7 +329,63 @@ def grpo_section(args, device: str) -> None:
     )
 
 
-SECTIONS = {"sft": sft_section, "rlhf-ppo": rlhf_ppo_section, "grpo": grpo_section}
+def dpo_section(args, device: str) -> None:
+    """A few timed DPO steps after an untimed one, on the RLHF-PPO section's policy shape: 64
+    offline pairs per step, their reference log-probabilities computed before the first step."""
+    shape, num_digits, _, _ = RLHF_SIZES[args.size]
+    steps = args.steps or (4 if device == "cuda" else 2)
+    pairs_per_step = 64 if device == "cuda" else 8
+    tokenizer = build_char_tokenizer()
+    model_config = tiny_config(tokenizer, max_positions=4 * num_digits + 16, **shape)
+    policy = build_causal_lm(model_config, seed=0)
+    config = DPOConfig(
+        num_digits=num_digits,
+        max_new_tokens=num_digits + 2,
+        batch_size=pairs_per_step,
+        num_train_pairs=pairs_per_step * (steps + 1),
+        device=device,
+    )
+    start = time.perf_counter()
+    trainer = DPOTrainer(config, policy, tokenizer)  # draws the pairs, scores them with the start
+    setup_seconds = time.perf_counter() - start
+    print(
+        f"[dpo] {args.size}: a policy of {count_parameters(policy) / 1e6:.2f}M parameters and its "
+        f"reference on {device}, {pairs_per_step} pairs a step, bf16 autocast "
+        f"{'on' if device == 'cuda' else 'off'}"
+    )
+    # each pair is two rows, chosen and rejected: every token goes forward (and back, training)
+    tokens = sum(
+        2 * len(pair.prompt) + len(pair.chosen) + len(pair.rejected)
+        for pair in trainer.train_tokens
+    )
+    print(
+        f"pairs and reference log-probabilities before the first step: {setup_seconds:.2f} s "
+        f"({tokens:,} tokens, {tokens / setup_seconds:,.0f} tokens/s with the pairs' drawing)"
+    )
+    trainer.run_update()  # untimed: first-call costs
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    synchronize(device)
+    start = time.perf_counter()
+    rows = [trainer.run_update() for _ in range(steps)]
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    trained = tokens * steps / (steps + 1)  # the timed steps' share of the pairs, on average
+    print(
+        f"training: {trained / seconds:,.0f} tokens/s (forward and backward), "
+        f"{seconds / steps:.3f} s a step, loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}"
+    )
+    if device == "cuda":
+        print(f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most")
+    print(f"result: dpo_training_tokens_per_s = {trained / seconds:.0f} (goal: reported)")
+
+
+SECTIONS = {
+    "sft": sft_section,
+    "rlhf-ppo": rlhf_ppo_section,
+    "grpo": grpo_section,
+    "dpo": dpo_section,
+}
 
 
 def main() -> None:
