@@ -135,7 +135,7 @@ test:
 		"lint (ruff format --check, ruff check)=$(MAKE) --no-print-directory lint" \
 		"unit and learning tests, $(JOBS) workers=rm -rf $(TEST_RUN_CACHE) && RLKIT_TEST_RUN_CACHE=$(CURDIR)/$(TEST_RUN_CACHE) $(PYTEST) $(XDIST) -q -m 'not book and not alone'" \
 		"tests that need both cores (A3C), alone=$(PYTEST) -q -m 'alone and not book'" \
-		"notebooks executed, $(JOBS) at a time (Chapters 6, 9 and 10 alone)!=$(MAKE) --no-print-directory notebooks" \
+		"notebooks executed, $(JOBS) at a time (Chapters 6, 9, 10 and 12 alone)!=$(MAKE) --no-print-directory notebooks" \
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
