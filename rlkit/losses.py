@@ -16,6 +16,7 @@ __all__ = [
     "policy_gradient_loss",
     "clipped_policy_loss",
     "clipped_surrogate_terms",
+    "sampler_correction_weights",
     "clipped_value_loss",
     "entropy",
     "kl_estimate",
@@ -25,6 +26,10 @@ __all__ = [
 ]
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
+# truncated importance sampling for a sampler that is not the trainer, named as TRL names them
+# (GRPOConfig.vllm_importance_sampling_mode): the ratio per token or per sequence, truncated from
+# above at the cap or masked (set to 0) above it
+SAMPLER_CORRECTIONS = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
 def _check_same_shape(
@@ -117,6 +122,9 @@ def clipped_policy_loss(
     clip_eps: float = 0.2,
     mask: torch.Tensor | None = None,
     clip_eps_high: float | None = None,
+    sampler_logprobs: torch.Tensor | None = None,
+    sampler_correction: str = "token_truncate",
+    sampler_cap: float = 3.0,
 ) -> torch.Tensor:
     """PPO's clipped surrogate (Chapter 7):
     ``mean(max(-A * rho, -A * clip(rho, 1 - eps, 1 + eps_high)))``.
@@ -124,6 +132,10 @@ def clipped_policy_loss(
     ``rho = exp(logprobs - old_logprobs)``; ``clip_eps_high`` (default ``clip_eps``) allows the
     asymmetric "clip-higher" range of DAPO. The max of the two negated terms is the pessimistic
     bound: on the clipped side the gradient is zero.
+
+    ``sampler_logprobs``: the log-probabilities under which a separate generator sampled the
+    actions (another engine, dtype or weight version than the trainer's ``old_logprobs``); each
+    term is then weighted by ``sampler_correction_weights`` (truncated importance sampling).
     """
     _check_same_shape(
         "logprobs", logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask
@@ -132,7 +144,52 @@ def clipped_policy_loss(
     terms = clipped_surrogate_terms(
         ratio, zero_padding(advantages.detach(), mask), clip_eps, clip_eps_high
     )
+    if sampler_logprobs is not None:
+        terms = terms * sampler_correction_weights(
+            old_logprobs, sampler_logprobs, mask, sampler_correction, sampler_cap
+        )
     return masked_mean(terms, mask)
+
+
+def sampler_correction_weights(
+    old_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    mode: str = "token_truncate",
+    cap: float = 3.0,
+) -> torch.Tensor:
+    """Truncated importance sampling's weights for samples drawn by a generator
+    that is not the trainer: the trainer's probability of each sampled token over the sampler's,
+    ``w = exp(old_logprobs - sampler_logprobs)``, constants (no gradient), 0 on padding.
+
+    ``mode`` (TRL's ``vllm_importance_sampling_mode``): ``"token_*"`` weighs each token by its own
+    ratio; ``"sequence_*"`` weighs every token of a sequence (a row of ``[B, T]``) by the
+    sequence's ratio, the product of its tokens' (``exp`` of their summed log ratios).
+    ``"*_truncate"`` lowers a weight above ``cap`` to ``cap``; ``"*_mask"`` sets it to 0, dropping
+    the token or the sequence. The shape is ``old_logprobs``'.
+    """
+    if mode not in SAMPLER_CORRECTIONS:
+        raise ValueError(f"sampler_correction must be one of {SAMPLER_CORRECTIONS}, got {mode!r}")
+    if not 1.0 <= float(cap) < float("inf"):
+        raise ValueError(
+            f"sampler_cap must be a finite number >= 1 (1: no weight above 1), got {cap!r}"
+        )
+    _check_same_shape("old_logprobs", old_logprobs, sampler_logprobs=sampler_logprobs, mask=mask)
+    if mode.startswith("sequence") and old_logprobs.dim() != 2:
+        raise ValueError(
+            f"sampler_correction {mode!r} needs [B, T] log-probabilities, one sequence a row; got "
+            f"{tuple(old_logprobs.shape)}"
+        )
+    with torch.no_grad():
+        log_ratio = zero_padding(old_logprobs - sampler_logprobs, mask)
+        if mode.startswith("sequence"):
+            log_ratio = log_ratio.sum(dim=1, keepdim=True).expand_as(old_logprobs)
+        weights = torch.exp(log_ratio)
+        if mode.endswith("truncate"):
+            weights = torch.clamp(weights, max=cap)
+        else:
+            weights = torch.where(weights > cap, torch.zeros_like(weights), weights)
+        return zero_padding(weights, mask)
 
 
 def clipped_surrogate_terms(

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from rlkit.losses import (
+    SAMPLER_CORRECTIONS,
     approx_kl,
     clip_fraction,
     clipped_policy_loss,
+    clipped_surrogate_terms,
     clipped_value_loss,
     entropy,
     explained_variance,
@@ -16,6 +18,7 @@ from rlkit.losses import (
     masked_mean,
     masked_whiten,
     policy_gradient_loss,
+    sampler_correction_weights,
 )
 from tests.oracles import deepspeed_chat_actor_loss, deepspeed_chat_critic_loss
 
@@ -291,3 +294,105 @@ def test_garbage_on_padding_reaches_neither_a_loss_nor_a_gradient(garbage):
                 if gradient is not None:
                     assert torch.isfinite(gradient).all(), name
                     assert torch.all(gradient[padding] == 0), name
+
+
+# ---- truncated importance sampling for a sampler that is not the trainer ------------------------
+
+
+def hand_written_sampler_weights(old, sampler, mask, mode, cap):
+    """TRL's correction (GRPOTrainer, vllm_importance_sampling_mode), written out row by row in
+    Python floats: a token's ratio exp(old - sampler), or a sequence's, the exp of its real tokens'
+    summed log ratios; above the cap, truncated to it or set to 0; padding 0."""
+    weights = torch.zeros_like(old, dtype=torch.float64)
+    for b in range(old.shape[0]):
+        real = [t for t in range(old.shape[1]) if mask[b, t] == 1]
+        sequence = math.exp(sum(float(old[b, t] - sampler[b, t]) for t in real))
+        for t in real:
+            w = (
+                sequence
+                if mode.startswith("sequence")
+                else math.exp(float(old[b, t] - sampler[b, t]))
+            )
+            weights[b, t] = min(w, cap) if mode.endswith("truncate") else (0.0 if w > cap else w)
+    return weights
+
+
+def sampler_case(seed, batch=8, length=7):
+    gen = torch.Generator().manual_seed(seed)
+    mask = right_padded_mask(batch, length, seed=seed)
+    old = -3 * torch.rand(batch, length, generator=gen, dtype=torch.float64)
+    sampler = old + 0.6 * torch.randn(batch, length, generator=gen, dtype=torch.float64)
+    sampler[~mask.bool()] = float("inf")  # padding holds anything
+    return old, sampler, mask
+
+
+@pytest.mark.parametrize("mode", SAMPLER_CORRECTIONS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sampler_correction_weights_equal_the_written_out_correction(mode, seed):
+    old, sampler, mask = sampler_case(seed)
+    got = sampler_correction_weights(old, sampler, mask, mode, cap=1.5)
+    want = hand_written_sampler_weights(old, sampler, mask, mode, 1.5)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # the case reaches both sides of the cap, so truncation and masking are exercised
+    ratios = hand_written_sampler_weights(old, sampler, mask, mode, math.inf)
+    assert (ratios > 1.5).any() and ((ratios > 0) & (ratios < 1.5)).any()
+
+
+@pytest.mark.parametrize("mode", SAMPLER_CORRECTIONS)
+def test_a_sampler_that_is_the_trainer_changes_nothing(mode):
+    """Sampler and trainer agree: every weight is 1 on real tokens, and the loss is the
+    uncorrected one, value and gradient."""
+    old, _, mask = sampler_case(3)
+    gen = torch.Generator().manual_seed(4)
+    advantages = torch.randn(8, 7, generator=gen, dtype=torch.float64)
+    logprobs = old + 0.3 * torch.randn(8, 7, generator=gen, dtype=torch.float64)
+    assert torch.equal(sampler_correction_weights(old, old.clone(), mask, mode), mask)
+
+    def loss_and_gradient(**correction):
+        start = logprobs.clone().requires_grad_()
+        loss = clipped_policy_loss(start, old, advantages, 0.2, mask, **correction)
+        return loss, torch.autograd.grad(loss, start)[0]
+
+    plain = loss_and_gradient()
+    corrected = loss_and_gradient(sampler_logprobs=old.clone(), sampler_correction=mode)
+    torch.testing.assert_close(corrected, plain, rtol=1e-15, atol=0)
+
+
+def test_the_weights_scale_each_term_of_ppo_loss_and_carry_no_gradient():
+    """clipped_policy_loss with a sampler is the token mean of weight x clipped term; the weights
+    are constants even when the sampler's log-probabilities require a gradient."""
+    old, sampler, mask = sampler_case(5)
+    gen = torch.Generator().manual_seed(6)
+    advantages = torch.randn(8, 7, generator=gen, dtype=torch.float64)
+    logprobs = (old + 0.3 * torch.randn(8, 7, generator=gen, dtype=torch.float64)).requires_grad_()
+    sampler = sampler.requires_grad_()
+    loss = clipped_policy_loss(
+        logprobs, old, advantages, 0.2, mask, sampler_logprobs=sampler, sampler_cap=2.0
+    )
+    weights = hand_written_sampler_weights(old, sampler.detach(), mask, "token_truncate", 2.0)
+    terms = clipped_surrogate_terms(torch.exp(logprobs - old), advantages, 0.2)
+    want = (torch.where(mask.bool(), weights * terms, 0.0)).sum() / mask.sum()
+    torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-12)
+    loss.backward()
+    assert sampler.grad is None and torch.isfinite(logprobs.grad).all()
+
+
+@pytest.mark.parametrize(
+    ("keywords", "name"),
+    [
+        (dict(mode="tis"), "sampler_correction"),
+        (dict(cap=0.5), "sampler_cap"),
+        (dict(cap=float("nan")), "sampler_cap"),
+        (dict(cap=float("inf")), "sampler_cap"),
+        (dict(sampler_logprobs=torch.zeros(2, 4)), "sampler_logprobs"),
+    ],
+)
+def test_bad_sampler_correction_settings_name_the_field(keywords, name):
+    arguments = dict(old_logprobs=torch.zeros(2, 3), sampler_logprobs=torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=name):
+        sampler_correction_weights(**(arguments | keywords))
+
+
+def test_a_sequence_correction_needs_one_sequence_a_row():
+    with pytest.raises(ValueError, match="sequence_mask"):
+        sampler_correction_weights(torch.zeros(6), torch.zeros(6), None, "sequence_mask")

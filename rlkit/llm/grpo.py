@@ -56,6 +56,7 @@ from rlkit.losses import (
     clipped_surrogate_terms,
     kl_estimate,
     masked_mean,
+    sampler_correction_weights,
     zero_padding,
 )
 from rlkit.training import (
@@ -140,6 +141,9 @@ def grpo_loss(
     beta: float = 0.0,
     importance_sampling: str = "token",
     num_tokens_in_batch: int | float | None = None,
+    sampler_logprobs: torch.Tensor | None = None,
+    sampler_correction: str = "token_truncate",
+    sampler_cap: float = 3.0,
 ) -> torch.Tensor:
     """GRPO's loss on a batch of completions (eq-grpo-objective): the per-token term
     ``-min(r A, clip(r, 1 - clip_eps, 1 + clip_eps_high) A) + beta * KL_t`` summed into one number
@@ -160,6 +164,12 @@ def grpo_loss(
     - ``"dapo"``: the token sum divided by ``num_tokens_in_batch``, the number of completion tokens
       in the whole batch that gradient accumulation splits into micro-batches (TRL's
       ``num_items_in_batch``; None: this batch's, which makes it ``"bnpo"``).
+
+    ``sampler_logprobs`` (``[B, T]``): the log-probabilities of a generator that is not the trainer
+    (another engine, dtype or weight version); the clipped term of each token is then weighted by
+    ``sampler_correction_weights(old_logprobs, sampler_logprobs, mask, sampler_correction,
+    sampler_cap)`` (truncated importance sampling, as TRL's ``vllm_importance_sampling_*``), the KL
+    term is not.
     """
     require(loss_type in LOSS_TYPES, "loss_type", f"one of {LOSS_TYPES}", loss_type)
     require(
@@ -204,6 +214,10 @@ def grpo_loss(
     terms = clipped_surrogate_terms(
         log_ratio.exp(), advantages.detach().unsqueeze(1), clip_eps, clip_eps_high
     )
+    if sampler_logprobs is not None:
+        terms = terms * sampler_correction_weights(
+            old_logprobs, sampler_logprobs, mask, sampler_correction, sampler_cap
+        )
     if beta > 0:
         terms = terms + beta * kl_estimate(
             zero_padding(logprobs, mask), zero_padding(ref_logprobs.detach(), mask), "k3"

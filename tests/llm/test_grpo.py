@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlkit.llm.grpo import group_advantages, grpo_loss, importance_log_ratio, overlong_penalty
+from rlkit.losses import SAMPLER_CORRECTIONS, sampler_correction_weights
 from tests.llm.trl_support import tiny_model_and_tokenizer, trl_cpu_config
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -297,7 +298,19 @@ def trl_trainer(tmp_path_factory):
 
 
 def trl_loss(
-    trainer, logprobs, old, ref, advantages, mask, loss_type, eps, eps_high, beta, level, num_items
+    trainer,
+    logprobs,
+    old,
+    ref,
+    advantages,
+    mask,
+    loss_type,
+    eps,
+    eps_high,
+    beta,
+    level,
+    num_items,
+    **extra_inputs,
 ):
     trainer.loss_type, trainer.beta = loss_type, beta
     trainer.epsilon_low, trainer.epsilon_high = eps, eps_high
@@ -315,6 +328,7 @@ def trl_loss(
         "advantages": advantages,
         "old_per_token_logps": old,
         "num_items_in_batch": num_items,
+        **extra_inputs,
     }
     if beta:
         inputs["ref_per_token_logps"] = ref
@@ -362,3 +376,66 @@ def test_loss_equals_trl_grpo_trainer_loss(trl_trainer, loss_type, eps, eps_high
     # the clip was exercised: some ratios lie outside the range
     ratio = (logprobs - old).exp()[mask.bool()]
     assert ((ratio > 1 + eps_high) | (ratio < 1 - eps)).any()
+
+
+@pytest.mark.parametrize("mode", SAMPLER_CORRECTIONS)
+@pytest.mark.parametrize("loss_type, beta", [("grpo", 0.0), ("grpo", 0.04), ("dapo", 0.04)])
+def test_the_sampler_correction_weighs_the_loss_as_trl_does(trl_trainer, mode, loss_type, beta):
+    """What was compared: TRL 1.x's GRPOTrainer._compute_loss with its vLLM importance-sampling
+    correction on (``use_vllm`` and ``vllm_importance_sampling_correction`` set on the trainer,
+    ``importance_sampling_ratio`` in its inputs), which multiplies each token's clipped term by
+    the ratio before adding the KL term; given rlkit's weights (TRL computes its ratio inline while
+    it generates, so the weights themselves are compared with the written-out correction in
+    tests/test_losses.py), against grpo_loss with ``sampler_logprobs``, in float32."""
+    logprobs, old, ref, advantages, mask = batch([3, 8, 5, 1, 6, 8], width=8, drift=0.15)
+    logprobs, old, ref, advantages = (t.detach().float() for t in (logprobs, old, ref, advantages))
+    sampler = old + 0.5 * torch.randn(old.shape, generator=torch.Generator().manual_seed(9))
+    weights = sampler_correction_weights(old, sampler, mask, mode, cap=1.5)
+    trl_trainer.use_vllm, trl_trainer.vllm_importance_sampling_correction = True, True
+    try:
+        expected = trl_loss(
+            trl_trainer,
+            logprobs,
+            old,
+            ref,
+            advantages,
+            mask.float(),
+            loss_type,
+            0.2,
+            0.2,
+            beta,
+            "token",
+            int(mask.sum()),
+            importance_sampling_ratio=(weights[:, :1] if mode.startswith("sequence") else weights),
+        )
+    finally:
+        trl_trainer.use_vllm, trl_trainer.vllm_importance_sampling_correction = False, False
+    ours = grpo_loss(
+        logprobs,
+        old,
+        advantages,
+        mask,
+        0.2,
+        loss_type=loss_type,
+        max_completion_length=8,
+        ref_logprobs=ref,
+        beta=beta,
+        num_tokens_in_batch=int(mask.sum()),
+        sampler_logprobs=sampler,
+        sampler_correction=mode,
+        sampler_cap=1.5,
+    )
+    assert ours.item() == pytest.approx(expected.item(), abs=1e-6)
+    uncorrected = grpo_loss(
+        logprobs,
+        old,
+        advantages,
+        mask,
+        0.2,
+        loss_type=loss_type,
+        max_completion_length=8,
+        ref_logprobs=ref,
+        beta=beta,
+        num_tokens_in_batch=int(mask.sum()),
+    )
+    assert abs(ours.item() - uncorrected.item()) > 1e-3  # the correction mattered
