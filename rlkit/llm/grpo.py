@@ -24,7 +24,10 @@ The names follow TRL's ``GRPOConfig`` where TRL has the option: ``clip_eps`` is 
 
 from __future__ import annotations
 
+import collections
 import copy
+import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +55,7 @@ from rlkit.llm.trainer import (
     split,
 )
 from rlkit.losses import (
+    SAMPLER_CORRECTIONS,
     clip_fraction,
     clipped_surrogate_terms,
     kl_estimate,
@@ -79,6 +83,7 @@ SCALES = ("group", "batch", "none")
 BASELINES = ("mean", "leave_one_out")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 IMPORTANCE_SAMPLING = ("token", "sequence")
+SAMPLER_DTYPES = ("float32", "bfloat16")
 STD_EPS = 1e-4  # added to the std before dividing, as TRL does
 
 
@@ -322,10 +327,44 @@ class GRPOConfig(LanguageModelTrainingConfig):
     decoder: str = "kv_loop"
     learning_rate: float = 3e-4  # the policy's AdamW step size (1e-3 unlearns the start first)
     warmup_steps: int = 0  # in optimizer steps
+    # a sampler that is not the trainer, to inject the rollout/training mismatch in a controlled
+    # way: a copy of the policy with its weights rounded to this dtype ("float32" and a lag of 0:
+    # the policy samples itself)
+    sampler_dtype: str = "float32"
+    sampler_lag: int = 0  # iterations by which the sampler's weights lag the policy's
+    # truncated importance sampling against that mismatch (rlkit.losses.sampler_correction_weights):
+    # None, or one of TRL's modes ("token_truncate", "token_mask", "sequence_truncate",
+    # "sequence_mask")
+    sampler_correction: str | None = None
+    sampler_cap: float = 3.0  # the importance weight above which it is truncated or masked
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.reward in REWARDS, "reward", f"one of {REWARDS}", self.reward)
+        require(
+            self.sampler_dtype in SAMPLER_DTYPES,
+            "sampler_dtype",
+            f"one of {SAMPLER_DTYPES}",
+            self.sampler_dtype,
+        )
+        require(
+            is_count(self.sampler_lag, minimum=0),
+            "sampler_lag",
+            "an integer >= 0",
+            self.sampler_lag,
+        )
+        require(
+            self.sampler_correction is None or self.sampler_correction in SAMPLER_CORRECTIONS,
+            "sampler_correction",
+            f"None or one of {SAMPLER_CORRECTIONS}",
+            self.sampler_correction,
+        )
+        require(
+            is_finite_number(self.sampler_cap) and self.sampler_cap >= 1,
+            "sampler_cap",
+            "a finite number >= 1",
+            self.sampler_cap,
+        )
         for name in (
             "num_digits",
             "num_iterations",
@@ -399,6 +438,11 @@ class GRPOConfig(LanguageModelTrainingConfig):
         """One epoch of one minibatch: the policy that sampled is the one that steps."""
         return self.num_epochs == 1 and self.minibatch_size in (None, self.batch_size)
 
+    @property
+    def separate_sampler(self) -> bool:
+        """A copy of the policy samples (rounded or stale weights), not the policy itself."""
+        return self.sampler_dtype != "float32" or self.sampler_lag > 0
+
 
 @dataclass
 class Sampled:
@@ -409,11 +453,47 @@ class Sampled:
     texts: list[str]
     rewards: torch.Tensor  # [B]: the task's reward, shaped (over-long penalty) when asked
     ref_logprobs: torch.Tensor | None  # [B, T]: the reference's, when beta > 0
+    # [B, T]: the sampler's, when it is not the trainer or the correction is on
+    sampler_logprobs: torch.Tensor | None = None
 
     def constant_groups(self, group_size: int) -> torch.Tensor:
         """``[B / group_size]``: True for a group whose rewards are all equal (no signal)."""
         grouped = self.rewards.view(-1, group_size)
         return (grouped == grouped[:, :1]).all(dim=1)
+
+
+def sampler_mismatch(
+    trainer_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+) -> dict[str, torch.Tensor]:
+    """How far the sampler's policy is from the trainer's on the sampled tokens:
+    ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token, and
+    ``sampler_ratio_over_cap``, the share of tokens whose importance ratio exceeds ``cap``."""
+    trainer_logprobs = zero_padding(trainer_logprobs, mask)
+    sampler_logprobs = zero_padding(sampler_logprobs, mask)
+    kl = kl_estimate(sampler_logprobs, trainer_logprobs, "k3")
+    over = (trainer_logprobs - sampler_logprobs > math.log(cap)).to(kl.dtype)
+    return {
+        "sampler_kl": masked_mean(kl, mask),
+        "sampler_ratio_over_cap": masked_mean(over, mask),
+    }
+
+
+def padded_rows(
+    parts: list[tuple[Sampled, torch.Tensor]], field: str, width: int
+) -> torch.Tensor | None:
+    """The rows ``index`` of each round's ``[B, T]`` tensor ``field`` (None where the rounds
+    have none), right-padded with 0 to ``width`` columns and stacked."""
+    if getattr(parts[0][0], field) is None:
+        return None
+    chosen = []
+    for sampled, index in parts:
+        values = getattr(sampled, field)
+        rows_ = values[index.to(values.device)]
+        chosen.append(torch.nn.functional.pad(rows_, (0, width - values.shape[1])))
+    return torch.cat(chosen)
 
 
 @dataclass
@@ -424,6 +504,7 @@ class Rollout:
     advantages: torch.Tensor  # [B]
     loss_mask: torch.Tensor  # [B, T]: the response mask, less masked truncated completions
     ref_logprobs: torch.Tensor | None
+    sampler_logprobs: torch.Tensor | None = None  # [B, T]: the sampler's, where Sampled has them
 
 
 class GRPOTrainer(LanguageModelTrainer):
@@ -437,6 +518,12 @@ class GRPOTrainer(LanguageModelTrainer):
     so that sampling and training compute one log-probability; with one epoch of one step the old
     log-probabilities are the current ones detached (the ratio is exactly 1, its gradient is the
     policy gradient's), and no second forward pass computes them.
+
+    With ``sampler_dtype`` or ``sampler_lag`` a copy of the policy samples instead (rounded
+    weights, or weights ``sampler_lag`` iterations old): the rollout/training mismatch of systems
+    whose generator is not the trainer, injected in a controlled way. The history measures it
+    (``sampler_kl``, ``sampler_ratio_over_cap``), and ``sampler_correction`` weighs the loss by
+    truncated importance sampling.
     """
 
     algorithm = "grpo"
@@ -472,6 +559,10 @@ class GRPOTrainer(LanguageModelTrainer):
         if config.beta > 0 and config.lora_rank is None:
             self.reference = frozen((reference or copy.deepcopy(policy)).to(config.device))
         self.shuffle = torch.Generator().manual_seed(config.seed)
+        self.sampler, self.sampler_states = None, collections.deque(maxlen=config.sampler_lag + 1)
+        if config.separate_sampler:
+            dtype = getattr(torch, config.sampler_dtype)
+            self.sampler = frozen(copy.deepcopy(self.model).to(dtype=dtype))
 
     @property
     def on_policy(self) -> bool:
@@ -490,6 +581,8 @@ class GRPOTrainer(LanguageModelTrainer):
     def _update(self) -> dict[str, float]:
         config = self.config
         timer = PhaseTimer(PHASES, config.device)
+        if self.sampler is not None:
+            self._sync_sampler()
         rollout, stats = self._rollout(timer)
         with timer("policy"):
             stats |= self._policy_epochs(rollout)
@@ -539,6 +632,17 @@ class GRPOTrainer(LanguageModelTrainer):
         )
         return rollout, stats
 
+    def _sync_sampler(self) -> None:
+        """The sampler takes the policy's weights of ``sampler_lag`` iterations ago (the oldest
+        kept; in the first iterations, the start's), rounded to its dtype."""
+        state = self.model.state_dict()
+        self.sampler_states.append({name: value.detach().clone() for name, value in state.items()})
+        self.sampler.load_state_dict(self.sampler_states[0])
+
+    @property
+    def keeps_sampler_logprobs(self) -> bool:
+        return self.sampler is not None or self.config.sampler_correction is not None
+
     def _sample(self, timer: PhaseTimer) -> Sampled:
         """``group_size`` completions for each of ``prompts_per_iteration`` fresh prompts, their
         rewards, and (``beta > 0``) the reference's log-probabilities."""
@@ -549,15 +653,27 @@ class GRPOTrainer(LanguageModelTrainer):
         repeated = [prompt for prompt in prompts for _ in range(config.group_size)]
         with timer("generate"), self.autocast():
             batch = generate(
-                self.model,
+                self.sampler or self.model,
                 self.tokenizer,
                 repeated,
                 config.max_new_tokens,
                 config.temperature,
                 decoder=config.decoder,
                 # on policy, the loss detaches the current log-probs: no pass computes old ones
-                with_logprobs=not self.on_policy,
+                with_logprobs=not self.on_policy or self.keeps_sampler_logprobs,
             )
+            sampler_logprobs = batch.logprobs if self.keeps_sampler_logprobs else None
+            if self.sampler is not None and not self.on_policy:
+                # the ratio's old log-probabilities are the trainer's, not the sampler's
+                with torch.no_grad():
+                    trainer_logprobs = response_logprobs(
+                        self.model,
+                        batch.prompts,
+                        batch.response_ids,
+                        batch.response_mask,
+                        batch.temperature,
+                    )
+                batch = dataclasses.replace(batch, logprobs=trainer_logprobs)
         with timer("score"):
             texts = batch.texts(self.tokenizer)
             rewards = self._rewards(repeated, texts, batch)
@@ -565,7 +681,7 @@ class GRPOTrainer(LanguageModelTrainer):
         if config.beta > 0:
             with timer("reference"), torch.no_grad(), self.autocast():
                 ref_logprobs = self.reference_logprobs(batch)
-        return Sampled(batch, repeated, texts, rewards, ref_logprobs)
+        return Sampled(batch, repeated, texts, rewards, ref_logprobs, sampler_logprobs)
 
     def _rewards(self, prompts: list[str], texts: list[str], batch: ResponseBatch) -> torch.Tensor:
         """The task's reward of each completion, plus DAPO's over-long penalty when it is on."""
@@ -600,7 +716,8 @@ class GRPOTrainer(LanguageModelTrainer):
         mask."""
         config, size = self.config, self.config.group_size
         if len(rounds) == 1 and len(chosen) == config.prompts_per_iteration:
-            batch, rewards, ref = rounds[0].batch, rounds[0].rewards, rounds[0].ref_logprobs
+            batch, rewards = rounds[0].batch, rounds[0].rewards
+            ref, sampler = rounds[0].ref_logprobs, rounds[0].sampler_logprobs
         else:
             parts = []
             for number, sampled in enumerate(rounds):
@@ -615,24 +732,15 @@ class GRPOTrainer(LanguageModelTrainer):
                 require_pad_token(self.tokenizer),
             )
             rewards = torch.cat([sampled.rewards[index] for sampled, index in parts])
-            ref = None
-            if config.beta > 0:
-                width = batch.response_ids.shape[1]
-                ref = torch.cat(
-                    [
-                        torch.nn.functional.pad(
-                            sampled.ref_logprobs[index.to(sampled.ref_logprobs.device)],
-                            (0, width - sampled.ref_logprobs.shape[1]),
-                        )
-                        for sampled, index in parts
-                    ]
-                )
+            width = batch.response_ids.shape[1]
+            ref = padded_rows(parts, "ref_logprobs", width)
+            sampler = padded_rows(parts, "sampler_logprobs", width)
         advantages = group_advantages(rewards, size, config.scale, config.baseline)
         loss_mask = batch.response_mask
         if config.mask_truncated_completions:
             ended = ((batch.response_ids == self.tokenizer.eos_token_id) & (loss_mask != 0)).any(1)
             loss_mask = loss_mask * ended.unsqueeze(1).to(loss_mask.dtype)
-        return Rollout(batch, advantages.to(batch.response_ids.device), loss_mask, ref)
+        return Rollout(batch, advantages.to(batch.response_ids.device), loss_mask, ref, sampler)
 
     def reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
         """The sampled tokens' log-probabilities under the reference, at the sampling
@@ -680,6 +788,8 @@ class GRPOTrainer(LanguageModelTrainer):
                 config.temperature,
             )
             old = logprobs.detach() if self.on_policy else batch.logprobs[piece]
+            sampler = None if rollout.sampler_logprobs is None else rollout.sampler_logprobs[piece]
+            correction = config.sampler_correction
             loss = grpo_loss(
                 logprobs,
                 old,
@@ -692,6 +802,9 @@ class GRPOTrainer(LanguageModelTrainer):
                 None if rollout.ref_logprobs is None else rollout.ref_logprobs[piece],
                 config.beta,
                 config.importance_sampling,
+                sampler_logprobs=None if correction is None else sampler,
+                sampler_correction=correction or "token_truncate",
+                sampler_cap=config.sampler_cap,
             )
             with torch.no_grad():
                 log_ratio = importance_log_ratio(logprobs, old, mask, config.importance_sampling)
@@ -712,6 +825,8 @@ class GRPOTrainer(LanguageModelTrainer):
                 if rollout.ref_logprobs is not None:
                     kl = kl_estimate(logprobs, rollout.ref_logprobs[piece], "k3")
                     metrics["kl"] = masked_mean(kl, mask)
+                if sampler is not None:
+                    metrics |= sampler_mismatch(old, sampler, mask, config.sampler_cap)
             return loss, metrics
 
         stats = self.optimizer_step(pieces, weights, loss_of)
@@ -759,9 +874,12 @@ class GRPOTrainer(LanguageModelTrainer):
             **super()._state(),
             "shuffle": self.shuffle.get_state(),
             "data_rng": random_state(self.data.train_rng),
+            "sampler_states": list(self.sampler_states),  # the stale weights a resumed run needs
         }
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)
         self.shuffle.set_state(state["shuffle"])
         set_random_state(self.data.train_rng, state["data_rng"])
+        self.sampler_states.clear()
+        self.sampler_states.extend(state.get("sampler_states", []))

@@ -2,7 +2,9 @@
 1), no reference without a KL term, a frozen reference with one, the LoRA reference is the base
 model, dynamic sampling keeps the batch's size and trains on informative groups, truncated
 completions can be masked, the same seed gives the same run, a resumed run equals the
-uninterrupted one, every phase is timed, and bad settings name their field."""
+uninterrupted one, every phase is timed, and bad settings name their field. A sampler that is not
+the trainer (bf16 or stale weights) samples, its mismatch is measured, the old log-probabilities
+stay the trainer's, and truncated importance sampling weighs the step's loss."""
 
 from __future__ import annotations
 
@@ -32,6 +34,17 @@ def run(trainer, iterations):
 
 def without_timings(rows):
     return [{k: v for k, v in row.items() if not k.startswith("seconds_")} for row in rows]
+
+
+def resumed_after(config, saved_at, iterations, folder):
+    """The history (without timings) of a run saved after ``saved_at`` iterations, loaded into a
+    new trainer and run on to ``iterations``."""
+    first = trainer_for(config)
+    run(first, saved_at)
+    torch.save(first.state_dict(), folder / "state.pt")
+    resumed = trainer_for(config)
+    resumed.load_state_dict(torch.load(folder / "state.pt", weights_only=True))
+    return without_timings(run(resumed, iterations - saved_at))
 
 
 def test_one_step_per_batch_is_on_policy_and_every_phase_is_timed():
@@ -130,12 +143,7 @@ def test_the_same_seed_gives_the_same_run_and_a_resumed_run_equals_the_whole(tmp
     assert without_timings(run(trainer_for(config), 3)) == without_timings(whole)
     other = run(trainer_for(GRPOConfig(**SMALL, seed=4)), 3)
     assert without_timings(other) != without_timings(whole)
-    first = trainer_for(config)
-    run(first, 1)
-    torch.save(first.state_dict(), tmp_path / "state.pt")
-    resumed = trainer_for(config)
-    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
-    assert without_timings(run(resumed, 2)) == without_timings(whole)
+    assert resumed_after(config, 1, 3, tmp_path) == without_timings(whole)
 
 
 def test_micro_batches_give_the_gradient_of_the_whole_batch():
@@ -179,8 +187,122 @@ def test_fit_returns_the_trained_policy():
         (dict(importance_sampling="group"), "importance_sampling"),
         (dict(beta=-0.1), "beta"),
         (dict(dynamic_sampling_rounds=-1), "dynamic_sampling_rounds"),
+        (dict(sampler_dtype="float16"), "sampler_dtype"),
+        (dict(sampler_lag=-1), "sampler_lag"),
+        (dict(sampler_correction="tis"), "sampler_correction"),
+        (dict(sampler_cap=0.5), "sampler_cap"),
     ],
 )
 def test_bad_settings_name_the_field(change, field):
     with pytest.raises(ValueError, match=field):
         GRPOConfig(**SMALL | change)
+
+
+# ---- a sampler that is not the trainer ----------------------------------------------------------
+
+
+def test_a_bf16_sampler_samples_from_rounded_weights_and_its_mismatch_is_measured():
+    """The sampler is a bf16 copy of the policy: its weights are the policy's rounded, the policy
+    stays float32, and the history measures the mismatch: a small positive KL(sampler ||
+    trainer) on the sampled tokens, which is 0 when the policy samples itself."""
+    trainer = trainer_for(GRPOConfig(**SMALL, sampler_dtype="bfloat16"))
+    row = run(trainer, 1)[0]
+    assert next(trainer.sampler.parameters()).dtype == torch.bfloat16
+    assert next(trainer.model.parameters()).dtype == torch.float32
+    for name, value in trainer.sampler_states[0].items():
+        torch.testing.assert_close(
+            trainer.sampler.state_dict()[name], value.to(torch.bfloat16), rtol=0, atol=0
+        )
+    assert 0 < row["sampler_kl"] < 0.05 and row["sampler_ratio_over_cap"] == 0.0
+    itself = run(trainer_for(GRPOConfig(**SMALL, sampler_correction="token_truncate")), 1)[0]
+    assert itself["sampler_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_stale_sampler_lags_the_policy_by_its_lag():
+    """With sampler_lag 2, iteration k samples with the weights the policy had before iteration
+    k - 2 (the start's in the first two), and the mismatch grows once the policy has moved."""
+    config = GRPOConfig(**SMALL | dict(num_iterations=5), sampler_lag=2, learning_rate=1e-2)
+    trainer = trainer_for(config)
+    weights_before = []
+    for _ in range(4):
+        weights_before.append(copy.deepcopy(trainer.model.state_dict()))
+        trainer.run_update()
+        expected = weights_before[max(0, len(weights_before) - 3)]
+        for name, value in trainer.sampler.state_dict().items():
+            assert torch.equal(value, expected[name]), name
+    kl = [row["sampler_kl"] for row in trainer.history]
+    assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[3] > kl[0]
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
+def test_the_correction_weighs_the_loss_by_the_trainer_over_the_sampler(mode):
+    """With a stale sampler and the correction on, the trainer's step minimises grpo_loss with
+    the sampler's log-probabilities, which differs from the uncorrected loss on the rollout."""
+    from rlkit.llm.generation import response_logprobs
+    from rlkit.llm.grpo import grpo_loss
+
+    config = GRPOConfig(
+        **SMALL, sampler_lag=1, learning_rate=1e-2, sampler_correction=mode, sampler_cap=1.2
+    )
+    trainer = trainer_for(config)
+    trainer.run_update()  # the policy moves away from the sampler's weights
+    trainer._sync_sampler()
+    rollout, _ = trainer._rollout(PhaseTimer(PHASES))
+    batch = rollout.batch
+    with torch.no_grad():
+        logprobs = response_logprobs(
+            trainer.model, batch.prompts, batch.response_ids, batch.response_mask, 0.6
+        )
+        trainer_over_sampler = (logprobs - rollout.sampler_logprobs)[batch.response_mask.bool()]
+    assert (trainer_over_sampler.abs() > 1e-3).any()  # the sampler is not the trainer
+    arguments = (logprobs, logprobs, rollout.advantages, rollout.loss_mask)
+    corrected = grpo_loss(
+        *arguments,
+        sampler_logprobs=rollout.sampler_logprobs,
+        sampler_correction=mode,
+        sampler_cap=1.2,
+    )
+    plain = grpo_loss(*arguments)
+    assert abs(corrected.item() - plain.item()) > 1e-6
+    step = trainer._policy_epochs(rollout)  # the trainer's own step on this rollout
+    assert step["policy_loss"] == pytest.approx(corrected.item(), rel=1e-5, abs=1e-7)
+
+
+def test_a_resumed_run_with_a_stale_sampler_equals_the_whole(tmp_path):
+    config = GRPOConfig(
+        **SMALL | dict(num_iterations=4),
+        sampler_lag=2,
+        sampler_dtype="bfloat16",
+        sampler_correction="token_truncate",
+        learning_rate=1e-2,
+    )
+    whole = run(trainer_for(config), 4)
+    assert resumed_after(config, 2, 4, tmp_path) == without_timings(whole)
+
+
+def test_with_several_epochs_the_old_log_probs_are_the_trainer_s_not_the_sampler_s():
+    """Off policy (two epochs of minibatches), the ratio's old log-probabilities come from the
+    trainer's own pass over the sampled tokens; the sampler's are kept apart, also when dynamic
+    sampling assembles the batch from several rounds."""
+    from rlkit.llm.generation import response_logprobs
+
+    config = GRPOConfig(
+        **SMALL,
+        sampler_dtype="bfloat16",
+        num_epochs=2,
+        minibatch_size=8,
+        dynamic_sampling_rounds=2,
+        sampler_correction="sequence_truncate",
+    )
+    trainer = trainer_for(config)
+    trainer._sync_sampler()
+    rollout, _ = trainer._rollout(PhaseTimer(PHASES))
+    batch, mask = rollout.batch, rollout.batch.response_mask.bool()
+    with torch.no_grad():
+        trainer_logprobs = response_logprobs(
+            trainer.model, batch.prompts, batch.response_ids, batch.response_mask, 0.6
+        )
+    torch.testing.assert_close(batch.logprobs[mask], trainer_logprobs[mask])
+    assert rollout.sampler_logprobs.shape == batch.logprobs.shape
+    assert not torch.allclose(rollout.sampler_logprobs[mask], trainer_logprobs[mask])
+    assert run(trainer, 1)[0]["sampler_kl"] > 0
