@@ -329,7 +329,8 @@ class GRPOConfig(LanguageModelTrainingConfig):
     warmup_steps: int = 0  # in optimizer steps
     # a sampler that is not the trainer, to inject the rollout/training mismatch in a controlled
     # way: a copy of the policy with its weights rounded to this dtype ("float32" and a lag of 0:
-    # the policy samples itself)
+    # the policy samples itself; with the trainer's own bf16 autocast on CUDA, a bf16 sampler
+    # differs less, mostly in norms, embeddings and the residual stream)
     sampler_dtype: str = "float32"
     sampler_lag: int = 0  # iterations by which the sampler's weights lag the policy's
     # truncated importance sampling against that mismatch (rlkit.losses.sampler_correction_weights):
@@ -470,7 +471,8 @@ def sampler_mismatch(
 ) -> dict[str, torch.Tensor]:
     """How far the sampler's policy is from the trainer's on the sampled tokens:
     ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token, and
-    ``sampler_ratio_over_cap``, the share of tokens whose importance ratio exceeds ``cap``."""
+    ``sampler_ratio_over_cap``, the share of tokens whose own importance ratio exceeds ``cap``
+    (per token whatever the correction's mode: a sequence mode may cut more)."""
     trainer_logprobs = zero_padding(trainer_logprobs, mask)
     sampler_logprobs = zero_padding(sampler_logprobs, mask)
     kl = kl_estimate(sampler_logprobs, trainer_logprobs, "k3")
@@ -634,9 +636,14 @@ class GRPOTrainer(LanguageModelTrainer):
 
     def _sync_sampler(self) -> None:
         """The sampler takes the policy's weights of ``sampler_lag`` iterations ago (the oldest
-        kept; in the first iterations, the start's), rounded to its dtype."""
+        kept, on the CPU; in the first iterations, the start's), rounded to its dtype."""
         state = self.model.state_dict()
-        self.sampler_states.append({name: value.detach().clone() for name, value in state.items()})
+        if self.config.sampler_lag == 0:  # the current weights: no copy to keep
+            self.sampler.load_state_dict(state)
+            return
+        self.sampler_states.append(
+            {name: value.detach().cpu().clone() for name, value in state.items()}
+        )
         self.sampler.load_state_dict(self.sampler_states[0])
 
     @property
@@ -870,12 +877,14 @@ class GRPOTrainer(LanguageModelTrainer):
         return LanguageModelResult(self.config, self.model, self.history, tokenizer=self.tokenizer)
 
     def _state(self) -> dict:
-        return {
+        state = {
             **super()._state(),
             "shuffle": self.shuffle.get_state(),
             "data_rng": random_state(self.data.train_rng),
-            "sampler_states": list(self.sampler_states),  # the stale weights a resumed run needs
         }
+        if self.sampler_states:  # the stale weights a resumed run needs (sampler_lag > 0)
+            state["sampler_states"] = list(self.sampler_states)
+        return state
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)

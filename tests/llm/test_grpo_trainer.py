@@ -206,13 +206,15 @@ def test_a_bf16_sampler_samples_from_rounded_weights_and_its_mismatch_is_measure
     stays float32, and the history measures the mismatch: a small positive KL(sampler ||
     trainer) on the sampled tokens, which is 0 when the policy samples itself."""
     trainer = trainer_for(GRPOConfig(**SMALL, sampler_dtype="bfloat16"))
-    row = run(trainer, 1)[0]
+    trainer._sync_sampler()
     assert next(trainer.sampler.parameters()).dtype == torch.bfloat16
     assert next(trainer.model.parameters()).dtype == torch.float32
-    for name, value in trainer.sampler_states[0].items():
+    for name, value in trainer.model.state_dict().items():
         torch.testing.assert_close(
             trainer.sampler.state_dict()[name], value.to(torch.bfloat16), rtol=0, atol=0
         )
+    assert not trainer.sampler_states  # no lag: no copy of the weights is kept
+    row = run(trainer, 1)[0]
     assert 0 < row["sampler_kl"] < 0.05 and row["sampler_ratio_over_cap"] == 0.0
     itself = run(trainer_for(GRPOConfig(**SMALL, sampler_correction="token_truncate")), 1)[0]
     assert itself["sampler_kl"] == pytest.approx(0.0, abs=1e-6)
@@ -220,7 +222,7 @@ def test_a_bf16_sampler_samples_from_rounded_weights_and_its_mismatch_is_measure
 
 def test_a_stale_sampler_lags_the_policy_by_its_lag():
     """With sampler_lag 2, iteration k samples with the weights the policy had before iteration
-    k - 2 (the start's in the first two), and the mismatch grows once the policy has moved."""
+    k - 2 (the start's in the first three), and the mismatch grows once the policy has moved."""
     config = GRPOConfig(**SMALL | dict(num_iterations=5), sampler_lag=2, learning_rate=1e-2)
     trainer = trainer_for(config)
     weights_before = []
@@ -296,7 +298,8 @@ def test_with_several_epochs_the_old_log_probs_are_the_trainer_s_not_the_sampler
     )
     trainer = trainer_for(config)
     trainer._sync_sampler()
-    rollout, _ = trainer._rollout(PhaseTimer(PHASES))
+    rollout, stats = trainer._rollout(PhaseTimer(PHASES))
+    assert stats["sampling_rounds"] > 1  # the batch was assembled from several rounds
     batch, mask = rollout.batch, rollout.batch.response_mask.bool()
     with torch.no_grad():
         trainer_logprobs = response_logprobs(
