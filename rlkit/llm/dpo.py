@@ -45,8 +45,8 @@ from rlkit.llm.generation import (
     response_logprobs,
     right_pad,
 )
-from rlkit.llm.models import load_causal_lm
-from rlkit.llm.reward_model import bradley_terry_loss
+from rlkit.llm.models import load_causal_lm, load_reward_model, require_matching_pad
+from rlkit.llm.reward_model import bradley_terry_loss, score
 from rlkit.llm.tasks import (
     PreferenceOracle,
     PreferencePair,
@@ -88,6 +88,7 @@ __all__ = [
 DPO_LOSS_TYPES = ("sigmoid", "robust", "ipo")
 TRAINER_LOSS_TYPES = (*DPO_LOSS_TYPES, "simpo")
 PAIRS = ("offline", "online")
+LABELLERS = ("oracle", "reward_model")
 
 
 def sequence_logprobs(
@@ -232,6 +233,10 @@ class DPOConfig(LanguageModelTrainingConfig):
     # "online": at each step two completions per prompt sampled from the policy, labelled by the
     # oracle (ties dropped)
     pairs: str = "offline"
+    # who labels the online pairs: "oracle" (Chapter 9's hidden labeller) or "reward_model" (the
+    # reward model saved at reward_model_folder, Chapter 9's learned stand-in for it)
+    labeller: str = "oracle"
+    reward_model_folder: str | None = None  # the saved reward model that labels, if it does
     # offline: labelled pairs drawn (twice Chapter 9's 12,800: one pass over new pairs did better
     # than two over the same); online: the prompts sampled over training
     num_train_pairs: int = 25600
@@ -257,6 +262,19 @@ class DPOConfig(LanguageModelTrainingConfig):
         for name in ("num_digits", "num_train_pairs", "epochs", "batch_size", "max_new_tokens"):
             require(is_count(getattr(self, name)), name, "an integer >= 1", getattr(self, name))
         require(self.pairs in PAIRS, "pairs", f"one of {PAIRS}", self.pairs)
+        require(self.labeller in LABELLERS, "labeller", f"one of {LABELLERS}", self.labeller)
+        require(
+            self.labeller == "oracle" or self.pairs == "online",
+            "labeller",
+            "'oracle' for offline pairs (they are Chapter 9's, labelled by the oracle)",
+            self.labeller,
+        )
+        require(
+            self.labeller == "oracle" or self.reward_model_folder is not None,
+            "reward_model_folder",
+            "a saved reward model's folder (labeller='reward_model')",
+            None,
+        )
         require_label_noise(self.label_noise)
         require(
             self.loss_type in TRAINER_LOSS_TYPES,
@@ -362,6 +380,17 @@ def pair_batch(
     return collate_pairs(tokenize_pairs(tokenizer, pairs), require_pad_token(tokenizer), device)
 
 
+def preferred(prompt: str, answers: list[str], rewards: list[float]) -> PreferencePair | None:
+    """Two answers labelled by their rewards: the higher one chosen; None when the answers are
+    the same text or their rewards tie (nothing to learn from them)."""
+    (first, second), (first_reward, second_reward) = answers, rewards
+    if first == second or first_reward == second_reward:
+        return None
+    if first_reward > second_reward:
+        return PreferencePair(prompt, first, second)
+    return PreferencePair(prompt, second, first)
+
+
 class DPOTrainer(LanguageModelTrainer):
     """DPO (or IPO, robust DPO, SimPO) on preference pairs, one optimizer step per
     ``run_update``.
@@ -419,6 +448,11 @@ class DPOTrainer(LanguageModelTrainer):
             self.ref_logps = self._reference_logps(self.train_tokens, at_start=True)
         self.order_rng = random.Random(config.seed)
         self.sample_rng = random.Random(f"dpo-online-{config.seed}")
+        self.reward_model = None
+        if config.labeller == "reward_model":
+            reward_model = load_reward_model(config.reward_model_folder, torch.float32)
+            require_matching_pad(reward_model, tokenizer)
+            self.reward_model = frozen(reward_model.to(config.device))
         self.order: list[int] = []
 
     def _offline_pairs(self, given: list[PreferencePair] | None) -> list[PreferencePair]:
@@ -509,27 +543,36 @@ class DPOTrainer(LanguageModelTrainer):
 
     def _online_pairs(self) -> tuple[list[PreferencePair], dict[str, float]]:
         """Two completions of the policy for each of ``batch_size`` fresh prompts, labelled by the
-        oracle; a tie (two answers the oracle scores alike, e.g. both right) teaches nothing and is
-        dropped. (The answers are tokenized again from their text: the character tokenizer gives
-        back the sampled ids; a BPE tokenizer may split a text otherwise than it was sampled.)"""
+        oracle (or, ``labeller="reward_model"``, by the reward model's scores); a tie (two answers
+        scored alike, e.g. both right) teaches nothing and is dropped. (The answers are tokenized
+        again from their text: the character tokenizer gives back the sampled ids; a BPE tokenizer
+        may split a text otherwise than it was sampled.)"""
         config = self.config
         prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
+        repeated = [prompt for prompt in prompts for _ in range(2)]
         with torch.no_grad(), self.autocast():
             batch = generate(
                 self.model,
                 self.tokenizer,
-                [prompt for prompt in prompts for _ in range(2)],
+                repeated,
                 config.max_new_tokens,
                 config.temperature,
                 decoder=config.decoder,
                 with_logprobs=False,  # the loss reads the answers' log-probs under its own pass
             )
         texts = batch.texts(self.tokenizer)
-        labelled = [
-            self.oracle.compare(prompt, texts[2 * i], texts[2 * i + 1], self.sample_rng)
-            for i, prompt in enumerate(prompts)
-        ]
-        exact = list(map(self.task.reward, [p for p in prompts for _ in range(2)], texts))
+        if self.reward_model is None:
+            labelled = [
+                self.oracle.compare(prompt, texts[2 * i], texts[2 * i + 1], self.sample_rng)
+                for i, prompt in enumerate(prompts)
+            ]
+        else:
+            rewards = score(self.reward_model, self.tokenizer, repeated, texts).tolist()
+            labelled = [
+                preferred(prompt, texts[2 * i : 2 * i + 2], rewards[2 * i : 2 * i + 2])
+                for i, prompt in enumerate(prompts)
+            ]
+        exact = list(map(self.task.reward, repeated, texts))
         pairs = [pair for pair in labelled if pair is not None]
         stats = {
             "pairs_kept": len(pairs) / len(prompts),

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from rlkit.llm.dpo import DPOConfig, DPOTrainer, pair_batch
+from rlkit.llm.dpo import DPOConfig, DPOTrainer, pair_batch, preferred
 from rlkit.llm.evaluation import win_outcomes
 from rlkit.llm.models import build_causal_lm, tiny_config
 from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
@@ -164,6 +164,38 @@ def test_online_pairs_are_the_policy_s_own_answers_labelled_by_the_oracle():
     assert len(run(trainer, 2)) == 2
 
 
+def test_online_pairs_can_be_labelled_by_a_reward_model(tmp_path):
+    """labeller="reward_model": of each prompt's two answers, the one the saved reward model
+    scores higher is chosen; a tie or the same text twice is dropped."""
+    from rlkit.llm.models import build_reward_model
+    from rlkit.llm.reward_model import score
+
+    tokenizer = build_char_tokenizer()
+    build_reward_model(tiny_config(tokenizer), seed=1).save_pretrained(tmp_path / "rm")
+    config = DPOConfig(
+        **SMALL, pairs="online", labeller="reward_model", reward_model_folder=str(tmp_path / "rm")
+    )
+    trainer = trainer_for(config)
+    pairs, stats = trainer._online_pairs()
+    assert pairs and len(pairs) == round(stats["pairs_kept"] * 8)
+    chosen = score(
+        trainer.reward_model, tokenizer, [p.prompt for p in pairs], [p.chosen for p in pairs]
+    )
+    rejected = score(
+        trainer.reward_model, tokenizer, [p.prompt for p in pairs], [p.rejected for p in pairs]
+    )
+    # scored again in other batches (other padding): equal to float rounding, not bit for bit
+    assert (chosen > rejected - 1e-5).all() and (chosen - rejected).max() > 1e-3
+    assert len(run(trainer, 2)) == 2
+
+
+def test_preferred_chooses_the_higher_reward_and_drops_ties_and_identical_answers():
+    assert preferred("p", ["a", "b"], [0.1, 0.7]) == PreferencePair("p", "b", "a")
+    assert preferred("p", ["a", "b"], [0.7, 0.1]) == PreferencePair("p", "a", "b")
+    assert preferred("p", ["a", "b"], [0.5, 0.5]) is None
+    assert preferred("p", ["a", "a"], [0.1, 0.7]) is None
+
+
 def test_the_same_seed_gives_the_same_run_and_a_resumed_run_equals_the_whole(tmp_path):
     for pairs in ("offline", "online"):
         config = DPOConfig(**SMALL, seed=3, pairs=pairs, learning_rate=1e-2)
@@ -208,6 +240,9 @@ def test_win_outcomes_count_a_tie_as_one_half():
         (dict(precompute_ref_log_probs="yes"), "precompute_ref_log_probs"),
         (dict(simpo_gamma=float("nan")), "simpo_gamma"),
         (dict(decoder="beam"), "decoder"),
+        (dict(labeller="human"), "labeller"),
+        (dict(labeller="reward_model", reward_model_folder="rm"), "labeller"),  # offline pairs
+        (dict(pairs="online", labeller="reward_model"), "reward_model_folder"),
     ],
 )
 def test_bad_settings_name_the_field(change, field):
