@@ -221,6 +221,14 @@ def sft_section(args, device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def untimed_first_update(trainer, device: str) -> None:
+    """One update left out of the timing (first-call costs: kernels, cache allocation); the peak
+    memory is counted from after it."""
+    trainer.run_update()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
 def rlhf_ppo_section(args, device: str) -> None:
     """A few timed iterations of the four-model trainer after an untimed one."""
     shape, num_digits, batch_size, minibatch_size = RLHF_SIZES[args.size]
@@ -242,9 +250,7 @@ def rlhf_ppo_section(args, device: str) -> None:
         f"[rlhf-ppo] {args.size}: four models of {count_parameters(actor) / 1e6:.2f}M parameters "
         f"on {device}, bf16 autocast {'on' if device == 'cuda' else 'off'}"
     )
-    trainer.run_update()  # untimed: first-call costs
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    untimed_first_update(trainer, device)
     rows = [trainer.run_update() for _ in range(iterations)]
     generated = sum(row["response_length"] * batch_size for row in rows)
     generate_seconds = sum(row["seconds_generate"] for row in rows)
@@ -298,9 +304,7 @@ def grpo_section(args, device: str) -> None:
         f"{device}, {config.prompts_per_iteration} prompts x {group_size} completions, bf16 "
         f"autocast {'on' if device == 'cuda' else 'off'}"
     )
-    trainer.run_update()  # untimed: first-call costs
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    untimed_first_update(trainer, device)
     rows = [trainer.run_update() for _ in range(iterations)]
     completions = config.batch_size
     generated = sum(row["completion_length"] * completions for row in rows)
@@ -362,9 +366,7 @@ def dpo_section(args, device: str) -> None:
         f"pairs and reference log-probabilities before the first step: {setup_seconds:.2f} s "
         f"({tokens:,} tokens, {tokens / setup_seconds:,.0f} tokens/s with the pairs' drawing)"
     )
-    trainer.run_update()  # untimed: first-call costs
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    untimed_first_update(trainer, device)
     synchronize(device)
     start = time.perf_counter()
     rows = [trainer.run_update() for _ in range(steps)]

@@ -52,6 +52,7 @@ from rlkit.llm.tasks import (
     PreferencePair,
     SortTask,
     TaskData,
+    preferred,
     require_label_noise,
 )
 from rlkit.llm.tokenizer import require_pad_token
@@ -378,17 +379,6 @@ def pair_batch(
 ) -> PairBatch:
     """The pairs in the layout the policy scores (``PairBatch``)."""
     return collate_pairs(tokenize_pairs(tokenizer, pairs), require_pad_token(tokenizer), device)
-
-
-def preferred(prompt: str, answers: list[str], rewards: list[float]) -> PreferencePair | None:
-    """Two answers labelled by their rewards: the higher one chosen; None when the answers are
-    the same text or their rewards tie (nothing to learn from them)."""
-    (first, second), (first_reward, second_reward) = answers, rewards
-    if first == second or first_reward == second_reward:
-        return None
-    if first_reward > second_reward:
-        return PreferencePair(prompt, first, second)
-    return PreferencePair(prompt, second, first)
 
 
 class DPOTrainer(LanguageModelTrainer):

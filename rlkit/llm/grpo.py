@@ -56,6 +56,7 @@ from rlkit.llm.trainer import (
 )
 from rlkit.losses import (
     SAMPLER_CORRECTIONS,
+    approx_kl,
     clip_fraction,
     clipped_surrogate_terms,
     kl_estimate,
@@ -470,16 +471,16 @@ def sampler_mismatch(
     cap: float,
 ) -> dict[str, torch.Tensor]:
     """How far the sampler's policy is from the trainer's on the sampled tokens:
-    ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token, and
-    ``sampler_ratio_over_cap``, the share of tokens whose own importance ratio exceeds ``cap``
-    (per token whatever the correction's mode: a sequence mode may cut more)."""
-    trainer_logprobs = zero_padding(trainer_logprobs, mask)
-    sampler_logprobs = zero_padding(sampler_logprobs, mask)
-    kl = kl_estimate(sampler_logprobs, trainer_logprobs, "k3")
-    over = (trainer_logprobs - sampler_logprobs > math.log(cap)).to(kl.dtype)
+    ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token (``approx_kl`` with the
+    sampler as the old policy), and ``sampler_ratio_over_cap``, the share of tokens whose own
+    importance ratio exceeds ``cap`` (per token whatever the correction's mode: a sequence mode
+    may cut more)."""
+    log_ratio = zero_padding(trainer_logprobs - sampler_logprobs, mask)
     return {
-        "sampler_kl": masked_mean(kl, mask),
-        "sampler_ratio_over_cap": masked_mean(over, mask),
+        "sampler_kl": approx_kl(trainer_logprobs, sampler_logprobs, mask),
+        "sampler_ratio_over_cap": masked_mean(
+            (log_ratio > math.log(cap)).to(log_ratio.dtype), mask
+        ),
     }
 
 
@@ -796,7 +797,13 @@ class GRPOTrainer(LanguageModelTrainer):
             )
             old = logprobs.detach() if self.on_policy else batch.logprobs[piece]
             sampler = None if rollout.sampler_logprobs is None else rollout.sampler_logprobs[piece]
-            correction = config.sampler_correction
+            correction = {}
+            if config.sampler_correction is not None:
+                correction = dict(
+                    sampler_logprobs=sampler,
+                    sampler_correction=config.sampler_correction,
+                    sampler_cap=config.sampler_cap,
+                )
             loss = grpo_loss(
                 logprobs,
                 old,
@@ -809,9 +816,7 @@ class GRPOTrainer(LanguageModelTrainer):
                 None if rollout.ref_logprobs is None else rollout.ref_logprobs[piece],
                 config.beta,
                 config.importance_sampling,
-                sampler_logprobs=None if correction is None else sampler,
-                sampler_correction=correction or "token_truncate",
-                sampler_cap=config.sampler_cap,
+                **correction,
             )
             with torch.no_grad():
                 log_ratio = importance_log_ratio(logprobs, old, mask, config.importance_sampling)

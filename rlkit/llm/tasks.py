@@ -193,6 +193,17 @@ class PreferencePair:
     rejected: str
 
 
+def preferred(prompt: str, answers: list[str], scores: list[float]) -> PreferencePair | None:
+    """Two answers labelled by their scores: the higher one chosen; None when the answers are
+    the same text or their scores tie (nothing to learn from them)."""
+    (first, second), (first_score, second_score) = answers, scores
+    if first == second or first_score == second_score:
+        return None
+    if first_score > second_score:
+        return PreferencePair(prompt, first, second)
+    return PreferencePair(prompt, second, first)
+
+
 class PreferenceOracle:
     """A hidden labeller for the sort task, who checks answers quickly rather than exactly.
 
@@ -243,14 +254,13 @@ class PreferenceOracle:
     def compare(
         self, prompt: str, first: str, second: str, rng: random.Random
     ) -> PreferencePair | None:
-        """The labeller's verdict on two completions (None on a tie: nothing to learn from it)."""
-        first_score, second_score = self.score(prompt, first), self.score(prompt, second)
-        if first_score == second_score:
-            return None
-        better, worse = (first, second) if first_score > second_score else (second, first)
-        if rng.random() < self.label_noise:
-            better, worse = worse, better
-        return PreferencePair(prompt, better, worse)
+        """The labeller's verdict on two completions (None on a tie: nothing to learn from it),
+        flipped with probability ``label_noise``."""
+        scores = [self.score(prompt, first), self.score(prompt, second)]
+        pair = preferred(prompt, [first, second], scores)
+        if pair is not None and rng.random() < self.label_noise:
+            return PreferencePair(prompt, pair.rejected, pair.chosen)
+        return pair
 
     def pairs(
         self, num_pairs: int, seed: int = 0, exclude: set[str] = frozenset(), split: str = "train"

@@ -13,10 +13,10 @@ import math
 import pytest
 import torch
 
-from rlkit.llm.dpo import DPOConfig, DPOTrainer, pair_batch, preferred
+from rlkit.llm.dpo import DPOConfig, DPOTrainer, pair_batch
 from rlkit.llm.evaluation import win_outcomes
 from rlkit.llm.models import build_causal_lm, tiny_config
-from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask
+from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask, preferred
 from rlkit.llm.tokenizer import build_char_tokenizer
 
 SMALL = dict(num_digits=4, num_train_pairs=24, batch_size=8, epochs=1, warmup_steps=0)

@@ -410,32 +410,24 @@ def test_the_sampler_correction_weighs_the_loss_as_trl_does(trl_trainer, mode, l
         )
     finally:
         trl_trainer.use_vllm, trl_trainer.vllm_importance_sampling_correction = False, False
+    settings = dict(
+        loss_type=loss_type,
+        max_completion_length=8,
+        ref_logprobs=ref,
+        beta=beta,
+        num_tokens_in_batch=int(mask.sum()),
+    )
     ours = grpo_loss(
         logprobs,
         old,
         advantages,
         mask,
         0.2,
-        loss_type=loss_type,
-        max_completion_length=8,
-        ref_logprobs=ref,
-        beta=beta,
-        num_tokens_in_batch=int(mask.sum()),
+        **settings,
         sampler_logprobs=sampler,
         sampler_correction=mode,
         sampler_cap=1.5,
     )
     assert ours.item() == pytest.approx(expected.item(), abs=1e-6)
-    uncorrected = grpo_loss(
-        logprobs,
-        old,
-        advantages,
-        mask,
-        0.2,
-        loss_type=loss_type,
-        max_completion_length=8,
-        ref_logprobs=ref,
-        beta=beta,
-        num_tokens_in_batch=int(mask.sum()),
-    )
+    uncorrected = grpo_loss(logprobs, old, advantages, mask, 0.2, **settings)
     assert abs(ours.item() - uncorrected.item()) > 1e-3  # the correction mattered
