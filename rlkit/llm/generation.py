@@ -20,7 +20,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from rlkit.llm.models import context_length
-from rlkit.llm.tokenizer import require_pad_token
+from rlkit.llm.tokenizer import prompt_token_ids, require_pad_token
 from rlkit.training import eval_mode, is_count, is_finite_number, require
 
 
@@ -85,8 +85,8 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 def encode_prompts(
     tokenizer, prompts: list[str], model: PreTrainedModel | None = None, max_new_tokens: int = 0
 ) -> PromptBatch:
-    """Tokenize ``prompts`` (with BOS) and left-pad them; a prompt too long for the model's context
-    is an error."""
+    """Tokenize ``prompts`` (with BOS, or through the chat template, ``prompt_token_ids``) and
+    left-pad them; a prompt too long for the model's context is an error."""
     require(
         isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts),
         "prompts",
@@ -94,7 +94,7 @@ def encode_prompts(
         type(prompts).__name__,
     )
     pad_id = require_pad_token(tokenizer)
-    sequences = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
+    sequences = prompt_token_ids(tokenizer, list(prompts))
     if model is not None:
         limit = context_length(model)
         longest = max(range(len(sequences)), key=lambda i: len(sequences[i])) if sequences else 0

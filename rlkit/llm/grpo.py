@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
 from rlkit.llm.evaluation import held_out_scores, heldout_prompts
 from rlkit.llm.generation import (
@@ -41,9 +41,9 @@ from rlkit.llm.generation import (
     generate,
     response_logprobs,
 )
-from rlkit.llm.models import load_causal_lm
-from rlkit.llm.tasks import SortTask, TaskData
-from rlkit.llm.tokenizer import require_pad_token
+from rlkit.llm.models import load_causal_lm, load_tokenizer
+from rlkit.llm.tasks import TASKS, TaskData, make_task
+from rlkit.llm.tokenizer import max_prompt_tokens, require_chat_template, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelResult,
     LanguageModelTrainer,
@@ -292,11 +292,16 @@ PHASES = ("generate", "score", "reference", "advantages", "policy")
 
 @dataclass
 class GRPOConfig(LanguageModelTrainingConfig):
-    """GRPO on the sort task with a verifiable reward; the optimization fields of
-    ``LanguageModelTrainingConfig`` drive the policy. The defaults are Chapter 11's settings."""
+    """GRPO on a task with a verifiable reward (Chapter 11's sort task by default); the
+    optimization fields of ``LanguageModelTrainingConfig`` drive the policy. The defaults are
+    Chapter 11's settings."""
 
-    sft_folder: str | None = None  # the policy's start (and the reference): a saved SFT model
-    num_digits: int = 6  # the sort task's prompt length
+    # the policy's start (and the reference): a saved SFT model's folder, or any causal LM's
+    # folder or hub name (HuggingFaceTB/SmolLM2-135M-Instruct loads from its packaged copy)
+    sft_folder: str | None = None
+    # "sort", "addition" or "addition_question" (a chat task, for an instruct model)
+    task: str = "sort"
+    num_digits: int = 6  # the task's size: the sort task's prompt length, addition's operands
     # "exact": 1 for the exact answer, else 0; "positions": the share of the answer's positions
     # right (partial credit, a signal where exact answers are rare)
     reward: str = "positions"
@@ -343,6 +348,7 @@ class GRPOConfig(LanguageModelTrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.reward in REWARDS, "reward", f"one of {REWARDS}", self.reward)
+        require(self.task in TASKS, "task", f"one of {tuple(TASKS)}", self.task)
         require(
             self.sampler_dtype in SAMPLER_DTYPES,
             "sampler_dtype",
@@ -539,18 +545,22 @@ class GRPOTrainer(LanguageModelTrainer):
         reference: PreTrainedModel | None = None,
     ):
         super().__init__(config)
-        self.task = SortTask(config.num_digits)
-        self.data = TaskData(self.task, seed=config.seed)
+        self.task = make_task(config.task, num_digits=config.num_digits)
+        # 500 held-out problems, or half of a small task's (one-digit addition has 100)
+        self.data = TaskData(
+            self.task, num_heldout=min(500, self.task.num_problems // 2), seed=config.seed
+        )
         if policy is None:
             require(config.sft_folder is not None, "sft_folder", "a saved SFT model's folder", None)
             policy = load_causal_lm(config.sft_folder, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(config.sft_folder)
+            tokenizer = load_tokenizer(config.sft_folder)
         require(tokenizer is not None, "tokenizer", "the policy's tokenizer", tokenizer)
+        if self.task.chat:
+            require_chat_template(tokenizer, config.task)
         self.tokenizer = tokenizer
-        longest = self.task.max_prompt_length + 1 + config.max_new_tokens
-        self.prepare(
-            policy, longest, "num_digits", "<bos> prompt completion (num_digits and max_new_tokens)"
-        )
+        longest = max_prompt_tokens(tokenizer, self.task) + config.max_new_tokens
+        layout = "prompt completion (num_digits and max_new_tokens)"
+        self.prepare(policy, longest, "num_digits", layout)
         self.model.eval()  # dropout off; see the class docstring
         require(
             reference is None or config.lora_rank is None,
@@ -573,7 +583,7 @@ class GRPOTrainer(LanguageModelTrainer):
 
     @property
     def subject(self) -> str:
-        return f"sort ({self.config.num_digits} digits), {self.config.reward} reward"
+        return f"{self.config.task} ({self.config.num_digits} digits), {self.config.reward} reward"
 
     @property
     def num_updates(self) -> int:

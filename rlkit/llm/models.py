@@ -18,6 +18,7 @@ from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
+    AutoTokenizer,
     GPT2Config,
     LlamaConfig,
     PretrainedConfig,
@@ -26,6 +27,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from rlkit.llm.packaged import resolve_pretrained
 from rlkit.llm.tokenizer import require_pad_token
 from rlkit.training import is_count, require, require_device
 
@@ -115,13 +117,30 @@ def load_causal_lm(
     """Any causal LM by hub name or local folder (a ``save_pretrained`` output), on ``device`` in
     ``dtype``.
 
-    ``trust_remote_code`` stays False unless you have read the model's code: True runs Python from
-    the model's repository on your machine.
+    A model with a packaged copy (``rlkit.llm.packaged``: SmolLM2-135M-Instruct) loads without the
+    hub. ``trust_remote_code`` stays False unless you have read the model's code: True runs Python
+    from the model's repository on your machine.
     """
     require_device(device)
     return AutoModelForCausalLM.from_pretrained(
-        name_or_path, dtype=dtype, trust_remote_code=trust_remote_code
+        resolve_pretrained(name_or_path), dtype=dtype, trust_remote_code=trust_remote_code
     ).to(device)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = False):
+    """The tokenizer saved beside a model (a folder, a hub name, or a packaged model's name), its
+    chat template included; a folder that holds no tokenizer is an error that says so."""
+    source = resolve_pretrained(name_or_path)
+    folder = Path(source)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"{str(name_or_path)!r} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}): "
+            "save one beside the model with tokenizer.save_pretrained(folder)"
+        )
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
 
 
 def context_length(model: PreTrainedModel) -> int | None:

@@ -29,7 +29,7 @@ from rlkit.llm.models import (
     tiny_config,
 )
 from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask, require_label_noise
-from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
+from rlkit.llm.tokenizer import build_char_tokenizer, prompt_token_ids, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
@@ -88,9 +88,13 @@ def scoring_batch(
         len(completions),
     )
     pad_id = require_pad_token(tokenizer)
-    # one batched call: the fast tokenizer encodes the whole list at once, twice as fast as a loop
-    encoded = tokenizer([prompt + completion for prompt, completion in zip(prompts, completions)])
-    sequences = [ids + [tokenizer.eos_token_id] for ids in encoded["input_ids"]]
+    # batched calls: the fast tokenizer encodes a whole list at once, twice as fast as a loop
+    prompt_ids = prompt_token_ids(tokenizer, prompts)
+    completion_ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+    sequences = [
+        prompt + completion + [tokenizer.eos_token_id]
+        for prompt, completion in zip(prompt_ids, completion_ids)
+    ]
     return ScoredBatch(*right_pad(sequences, pad_id, device))
 
 

@@ -24,7 +24,7 @@ from rlkit.llm.evaluation import held_out_scores, heldout_prompts
 from rlkit.llm.generation import generate, right_pad
 from rlkit.llm.models import build_causal_lm, load_causal_lm, tiny_config
 from rlkit.llm.tasks import TASKS, Example, PreferenceOracle, SortTask, Task, TaskData, make_task
-from rlkit.llm.tokenizer import build_char_tokenizer, require_pad_token
+from rlkit.llm.tokenizer import build_char_tokenizer, prompt_token_ids, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelResult,
     LanguageModelTrainer,
@@ -108,9 +108,7 @@ def sft_batch(tokenizer, examples: list[Example], device: str | torch.device = "
     """``<bos> prompt answer <eos>`` per example, right-padded, labels only on answer and EOS
     (eq-sft-loss)."""
     pad_id = require_pad_token(tokenizer)
-    prompts = tokenizer([example.prompt for example in examples], add_special_tokens=True)[
-        "input_ids"
-    ]
+    prompts = prompt_token_ids(tokenizer, [example.prompt for example in examples])
     answers = tokenizer([example.answer for example in examples], add_special_tokens=False)[
         "input_ids"
     ]

@@ -14,6 +14,7 @@ annotators do.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from rlkit.training import is_count, is_finite_number, is_seed, require
@@ -30,6 +31,7 @@ class Task:
     it."""
 
     name = ""
+    chat = False  # whether the prompt is a question in words, asked through a chat template
 
     def sample_prompt(self, rng: random.Random) -> str:
         raise NotImplementedError
@@ -132,11 +134,67 @@ class AdditionTask(Task):
         return 10 ** (2 * self.num_digits)
 
 
-TASKS = {"sort": SortTask, "addition": AdditionTask}
+class AdditionQuestionTask(Task):
+    """Addition asked in words, for an instruct model: ``"What is 23 + 45?"`` -> ``"68"``.
+
+    A chat task (``chat = True``): the prompt is the user's turn of a chat template, and the
+    answer is whatever the model says. The reward reads the *last* number in the completion, the
+    usual check for a model that explains before it answers ("23 + 45 = 68" earns 1.0, so does
+    "68"; "23 + 45 = 58" does not), so a pretrained instruct model is partly right from the start
+    and RL has a signal at its first step. There is no partial credit: ``position_reward`` is the
+    reward.
+    """
+
+    name = "addition_question"
+    chat = True
+
+    def __init__(self, num_digits: int = 2):
+        require(is_count(num_digits), "num_digits", "an integer >= 1", num_digits)
+        self.num_digits = num_digits
+
+    def sample_prompt(self, rng: random.Random) -> str:
+        high = 10**self.num_digits - 1
+        return f"What is {rng.randint(0, high)} + {rng.randint(0, high)}? {INSTRUCTION}"
+
+    def answer(self, prompt: str) -> str:
+        match = QUESTION.fullmatch(prompt)
+        if match is None:
+            raise ValueError(
+                f"prompt must look like 'What is 23 + 45?' (addition_question task), got {prompt!r}"
+            )
+        return str(int(match[1]) + int(match[2]))
+
+    def reward(self, prompt: str, completion: str) -> float:
+        """1.0 when the completion's last number is the sum, else 0.0 (a completion without a
+        number earns 0.0)."""
+        numbers = NUMBER.findall(completion.replace(",", ""))
+        return float(bool(numbers) and numbers[-1] == self.answer(prompt))
+
+    def position_reward(self, prompt: str, completion: str) -> float:
+        return self.reward(prompt, completion)
+
+    @property
+    def max_answer_length(self) -> int:
+        return self.num_digits + 1
+
+    @property
+    def max_prompt_length(self) -> int:
+        return len("What is  + ?") + 2 * self.num_digits
+
+    @property
+    def num_problems(self) -> int:
+        return 10 ** (2 * self.num_digits)
+
+
+INSTRUCTION = "Answer with the number only."
+QUESTION = re.compile(r"What is (\d+) \+ (\d+)\? " + re.escape(INSTRUCTION))
+NUMBER = re.compile(r"-?\d+")
+
+TASKS = {"sort": SortTask, "addition": AdditionTask, "addition_question": AdditionQuestionTask}
 
 
 def make_task(name: str, **kwargs) -> Task:
-    """A task by name (``"sort"`` or ``"addition"``)."""
+    """A task by name (``"sort"``, ``"addition"`` or ``"addition_question"``)."""
     require(name in TASKS, "task", f"one of {tuple(TASKS)}", name)
     return TASKS[name](**kwargs)
 

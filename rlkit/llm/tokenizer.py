@@ -68,3 +68,51 @@ def require_pad_token(tokenizer) -> int:
             "end-of-sequence token"
         )
     return tokenizer.pad_token_id
+
+
+def has_chat_template(tokenizer) -> bool:
+    """Whether the tokenizer carries a chat template (an instruct model's does; the character
+    tokenizer's does not)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def require_chat_template(tokenizer, task_name: str) -> None:
+    """A ValueError unless the tokenizer has a chat template: a chat task asks a question in words
+    and needs an instruct model's template to ask it."""
+    if not has_chat_template(tokenizer):
+        raise ValueError(
+            f"task {task_name!r} asks its question in a chat, but the tokenizer "
+            f"({type(tokenizer).__name__}) has no chat template: use an instruct model's tokenizer "
+            "(e.g. HuggingFaceTB/SmolLM2-135M-Instruct) or a task without chat"
+        )
+
+
+def render_prompts(tokenizer, prompts: list[str]) -> list[str]:
+    """What the model reads for each prompt: through the tokenizer's chat template when it has one
+    (the prompt as the user's turn, then the assistant's header, so the response is the assistant's
+    answer), else the prompt itself. The task's reward keeps reading the raw prompt."""
+    if not has_chat_template(tokenizer):
+        return list(prompts)
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        for prompt in prompts
+    ]
+
+
+def prompt_token_ids(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Each prompt's token ids as the model reads them (``render_prompts``). A rendered chat
+    already holds its special tokens, so it is tokenized without adding them again (no second
+    BOS); a plain prompt gets the tokenizer's own (the character tokenizer's BOS)."""
+    chat = has_chat_template(tokenizer)
+    encoded = tokenizer(render_prompts(tokenizer, prompts), add_special_tokens=not chat)
+    return encoded["input_ids"]
+
+
+def max_prompt_tokens(tokenizer, task) -> int:
+    """An upper bound on a ``task`` prompt's tokens as the model reads it: the rendering of an
+    empty prompt (BOS, or the chat template's turns) plus one token per character of the longest
+    prompt (no tokenizer spends more than a token on an ASCII character). Exact for the character
+    tokenizer."""
+    return len(prompt_token_ids(tokenizer, [""])[0]) + task.max_prompt_length

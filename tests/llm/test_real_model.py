@@ -1,0 +1,219 @@
+"""The same code on a real pretrained model: SmolLM2-135M-Instruct, loaded offline from its packaged
+copy (``rlkit.llm.packaged``), with its chat template, its pad token equal to EOS, and LoRA.
+
+The model is converted once per machine into rlkit's cache (about 40 s), then loads in a fraction
+of a second. One forward and backward pass of 135M parameters on a CPU costs seconds, so the tests
+take single steps on a few short prompts.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from rlkit.llm import packaged
+from rlkit.llm.generation import (
+    encode_prompts,
+    generate,
+    response_logprobs,
+    right_pad,
+)
+from rlkit.llm.grpo import GRPOConfig, GRPOTrainer
+from rlkit.llm.models import load_causal_lm, load_tokenizer
+from rlkit.llm.packaged import SMOLLM2
+from rlkit.llm.tasks import AdditionQuestionTask
+from rlkit.llm.tokenizer import prompt_token_ids, render_prompts
+
+PACKAGED = packaged.PACKAGED_MODELS[SMOLLM2]
+needs_smollm2 = pytest.mark.skipif(
+    PACKAGED.gguf_path() is None and not os.environ.get("RLKIT_REAL_MODEL_REQUIRED"),
+    reason=f"the packaged SmolLM2 is not installed ({PACKAGED.install})",
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The real model (float32, eval mode) and its tokenizer, with the hub switched off."""
+    saved = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        model = load_causal_lm(SMOLLM2, dtype=torch.float32).eval()
+        tokenizer = load_tokenizer(SMOLLM2)
+    finally:
+        if saved is None:
+            del os.environ["HF_HUB_OFFLINE"]
+        else:
+            os.environ["HF_HUB_OFFLINE"] = saved
+    return model, tokenizer
+
+
+@needs_smollm2
+def test_the_packaged_model_loads_offline_as_a_llama_with_its_chat_template(smollm2):
+    model, tokenizer = smollm2
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert model.dtype == torch.float32
+    assert not hasattr(model.config, "quantization_config")  # an ordinary model: it saves
+    assert tokenizer.chat_template and "<|im_start|>" in tokenizer.chat_template
+    # the pitfall this model brings: its pad token is its EOS
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id == 2
+    assert tokenizer.convert_ids_to_tokens(0) == "<|endoftext|>"
+    folder = packaged.resolve_pretrained(SMOLLM2)
+    assert folder.name.endswith(packaged.file_digest(PACKAGED.gguf_path()))
+    assert packaged.resolve_pretrained(SMOLLM2) == folder  # converted once, then reused
+
+
+@needs_smollm2
+def test_a_greedy_chat_answer_names_paris(smollm2):
+    model, tokenizer = smollm2
+    question = "What is the capital of France? Answer in one word."
+    batch = generate(model, tokenizer, [question], max_new_tokens=12, greedy=True)
+    assert "Paris" in batch.texts(tokenizer)[0]
+
+
+@needs_smollm2
+def test_a_chat_prompt_has_one_bos_and_ends_with_the_assistants_header(smollm2):
+    _, tokenizer = smollm2
+    (ids,) = prompt_token_ids(tokenizer, ["What is 2 + 3?"])
+    assert (
+        ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 3
+    )  # system, user, assistant
+    assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
+    assert render_prompts(tokenizer, ["hi"])[0].count("hi") == 1
+
+
+@needs_smollm2
+def test_response_logprobs_equal_minus_hugging_faces_cross_entropy(smollm2):
+    model, tokenizer = smollm2
+    prompts = ["What is 2 + 3? Answer with the number only.", "Name a colour."]
+    answers = ["2 + 3 = 5", "Blue, the colour of the sky"]
+    prompt_batch = encode_prompts(tokenizer, prompts, model)
+    answer_ids = tokenizer(answers, add_special_tokens=False)["input_ids"]
+    response_ids, mask = right_pad([ids + [tokenizer.eos_token_id] for ids in answer_ids], 2)
+    with torch.no_grad():
+        ours = response_logprobs(model, prompt_batch, response_ids, mask)
+    for row, prompt_ids in enumerate(prompt_token_ids(tokenizer, prompts)):
+        sequence = torch.tensor([prompt_ids + answer_ids[row] + [tokenizer.eos_token_id]])
+        labels = sequence.clone()
+        labels[0, : len(prompt_ids)] = -100  # Hugging Face's loss on the response only
+        with torch.no_grad():
+            cross_entropy = model(input_ids=sequence, labels=labels).loss
+        valid = int(mask[row].sum())
+        mean_logprob = ours[row, :valid].mean()
+        assert abs(mean_logprob.item() + cross_entropy.item()) < 1e-4
+
+
+@needs_smollm2
+def test_left_padded_batched_generation_equals_one_prompt_at_a_time(smollm2):
+    """Greedy answers to prompts of different lengths, batched (left-padded) and one at a time:
+    the same tokens wherever the best token leads the next by a margin that rounding cannot
+    bridge, and the same log-probabilities."""
+    model, tokenizer = smollm2
+    prompts = [
+        "What is 4 + 4? Answer with the number only.",
+        "Name the largest planet of the solar system.",
+        "Hi!",
+    ]
+    together = generate(model, tokenizer, prompts, max_new_tokens=10, greedy=True)
+    assert len({len(ids) for ids in prompt_token_ids(tokenizer, prompts)}) == 3  # padding happens
+    for row, prompt in enumerate(prompts):
+        alone = generate(model, tokenizer, [prompt], max_new_tokens=10, greedy=True)
+        valid = int(alone.response_mask[0].sum())
+        # the batched row, scored alone: its log-probs are the batch's, to float tolerance
+        ids = together.response_ids[row : row + 1, : together.response_ids.shape[1]]
+        rescored = response_logprobs(
+            model, alone.prompts, ids, together.response_mask[row : row + 1]
+        )
+        assert torch.allclose(rescored, together.logprobs[row : row + 1], atol=1e-4)
+        first_difference = next(
+            (t for t in range(valid) if alone.response_ids[0, t] != together.response_ids[row, t]),
+            None,
+        )
+        if first_difference is not None:  # only a near tie may part them
+            logits = model(
+                input_ids=torch.cat(
+                    [alone.prompts.input_ids, alone.response_ids[:, :first_difference]], dim=1
+                )
+            ).logits[0, -1]
+            top2 = logits.topk(2).values
+            assert (top2[0] - top2[1]).item() < 1e-3, (prompt, first_difference)
+
+
+@needs_smollm2
+def test_the_response_mask_is_right_when_pad_is_eos(smollm2):
+    """Rows that end early are padded with EOS (the pad token): the mask keeps each row's first
+    EOS and drops the padding after it, which a mask built from ids != pad would get wrong."""
+    model, tokenizer = smollm2
+    prompts = ["Say yes.", "Count from one to twenty in words."]
+    batch = generate(model, tokenizer, prompts, max_new_tokens=16, greedy=True)
+    eos = tokenizer.eos_token_id
+    short = 0 if batch.response_mask[0].sum() < batch.response_mask[1].sum() else 1
+    length = int(batch.response_mask[short].sum())
+    assert batch.response_ids[short, length - 1] == eos  # the kept EOS
+    assert (batch.response_ids[short, length:] == eos).all()  # padding, also EOS
+    assert (batch.response_mask[short, length:] == 0).all()
+    assert batch.response_mask[short, :length].all()
+    assert (batch.logprobs[short, length:] == 0).all()
+    assert "<|im_end|>" not in batch.texts(tokenizer)[short]
+
+
+@needs_smollm2
+def test_one_lora_grpo_step_changes_only_adapters_and_the_reference_stays_the_base(smollm2):
+    model, tokenizer = smollm2
+    config = GRPOConfig(
+        task="addition_question",
+        num_digits=1,
+        reward="exact",
+        lora_rank=4,
+        lora_alpha=8,
+        learning_rate=1e-3,
+        num_iterations=1,
+        prompts_per_iteration=2,
+        group_size=4,
+        max_new_tokens=8,
+        temperature=1.0,
+        beta=0.04,
+        seed=0,
+    )
+    base = {name: value.clone() for name, value in model.state_dict().items()}
+    policy = load_causal_lm(SMOLLM2, dtype=torch.float32)
+    trainer = GRPOTrainer(config, policy=policy, tokenizer=tokenizer)
+    prompts = ["What is 1 + 2? Answer with the number only."]
+    sampled = generate(trainer.model, tokenizer, prompts, max_new_tokens=6, temperature=1.0)
+    before = trainer.reference_logprobs(sampled)
+    row = trainer.run_update()
+    assert row["reward"] >= 0
+    adapters = {name for name, value in trainer.model.named_parameters() if value.requires_grad}
+    assert adapters and all("lora_" in name for name in adapters)
+    for name, value in trainer.model.named_parameters():
+        if "lora_" in name:
+            continue
+        original = name.replace("base_model.model.", "").replace(".base_layer", "")
+        assert torch.equal(value, base[original]), name
+    assert any(
+        not torch.equal(value, torch.zeros_like(value))
+        for name, value in trainer.model.named_parameters()
+        if "lora_B" in name
+    )  # lora_B starts at zero: a step moved it
+    with torch.no_grad():
+        after = trainer.reference_logprobs(sampled)
+        base_logprobs = response_logprobs(
+            model, sampled.prompts, sampled.response_ids, sampled.response_mask
+        )
+    assert torch.equal(before, after)
+    assert torch.allclose(after, base_logprobs, atol=1e-5)
+
+
+@needs_smollm2
+def test_the_addition_question_task_has_a_signal_at_the_start(smollm2):
+    """The instruct model already answers some one-digit sums (its last number is right): RL has a
+    reward to raise from its first step."""
+    model, tokenizer = smollm2
+    task = AdditionQuestionTask(num_digits=1)
+    pairs = [(6, 9), (4, 4), (1, 2), (5, 3), (7, 2), (3, 3), (8, 1), (2, 6)]
+    prompts = [f"What is {a} + {b}? Answer with the number only." for a, b in pairs]
+    batch = generate(model, tokenizer, prompts, max_new_tokens=16, greedy=True)
+    rewards = [task.reward(p, c) for p, c in zip(prompts, batch.texts(tokenizer))]
+    assert sum(rewards) >= 1
