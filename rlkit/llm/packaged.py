@@ -167,15 +167,23 @@ def convert_gguf(gguf_path: str | os.PathLike, folder: str | os.PathLike) -> Non
     is rebuilt from its config (without the quantization entry) and its state dict, which saves.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     gguf_path = Path(gguf_path)
     architecture = gguf_architecture(gguf_path)
-    # GGUF's names are llama.cpp's; the ones transformers reads from GGUF map to its model types
-    if architecture.replace("-", "_") not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    readable = [
+        name for name in GGUF_SUPPORTED_ARCHITECTURES if name not in ("general", "tokenizer")
+    ]
+    if architecture not in readable:
+        raise ValueError(
+            f"gguf_file {str(gguf_path)!r} holds a {architecture!r} model, which transformers "
+            f"cannot read from GGUF (it reads {', '.join(readable)})"
+        )
+    if architecture not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ValueError(
             f"gguf_file {str(gguf_path)!r} holds a {architecture!r} model, not a causal language "
-            "model that transformers can load"
+            "model"
         )
     quantized = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -147,7 +148,10 @@ def with_lora(model: PreTrainedModel, rank: int, alpha: float) -> PreTrainedMode
     adapters = LoraConfig(
         r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type=task
     )
-    return get_peft_model(model, adapters)
+    with warnings.catch_warnings():
+        # peft 0.21 calls transformers 5's deprecated alias is_gradient_checkpointing: not ours
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+        return get_peft_model(model, adapters)
 
 
 def adamw_with_decay_groups(
