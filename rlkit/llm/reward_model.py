@@ -24,12 +24,18 @@ from rlkit.llm.generation import right_pad
 from rlkit.llm.models import (
     build_reward_model,
     load_causal_lm,
+    load_tokenizer,
     require_matching_pad,
     reward_model_from_causal_lm,
     tiny_config,
 )
 from rlkit.llm.tasks import PreferenceOracle, PreferencePair, SortTask, require_label_noise
-from rlkit.llm.tokenizer import build_char_tokenizer, prompt_token_ids, require_pad_token
+from rlkit.llm.tokenizer import (
+    build_char_tokenizer,
+    max_prompt_tokens,
+    prompt_token_ids,
+    require_pad_token,
+)
 from rlkit.llm.trainer import (
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
@@ -270,15 +276,14 @@ class RewardModelTrainer(LanguageModelTrainer):
                 config.seed,
             )
         else:
-            from transformers import AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(config.sft_model_path)
+            self.tokenizer = load_tokenizer(config.sft_model_path)
             model = reward_model_from_causal_lm(
                 load_causal_lm(config.sft_model_path, dtype=torch.float32), config.seed
             )
         require_matching_pad(model, self.tokenizer)
         # <bos> prompt completion <eos>, where a candidate completion adds at most 3 tokens
-        longest = self.oracle.task.max_prompt_length + self.oracle.task.max_answer_length + 3 + 2
+        task = self.oracle.task
+        longest = max_prompt_tokens(self.tokenizer, task) + task.max_answer_length + 3 + 1
         self.prepare(model, longest, "num_digits", "<bos> prompt completion <eos>")
         self.order_rng = random.Random(config.seed)
         self.steps_per_epoch = -(-len(self.train_pairs) // config.batch_size)

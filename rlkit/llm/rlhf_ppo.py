@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
 from rlkit.advantages import gae
 from rlkit.llm.evaluation import held_out_scores, heldout_prompts
@@ -25,10 +25,16 @@ from rlkit.llm.generation import (
     response_logprobs,
     sequence_layout,
 )
-from rlkit.llm.models import ValueHeadModel, load_causal_lm, load_reward_model, require_matching_pad
+from rlkit.llm.models import (
+    ValueHeadModel,
+    load_causal_lm,
+    load_reward_model,
+    load_tokenizer,
+    require_matching_pad,
+)
 from rlkit.llm.reward_model import score
 from rlkit.llm.tasks import PreferenceOracle, SortTask, TaskData
-from rlkit.llm.tokenizer import require_pad_token
+from rlkit.llm.tokenizer import max_prompt_tokens, require_pad_token
 from rlkit.llm.trainer import (
     LanguageModelResult,
     LanguageModelTrainer,
@@ -317,7 +323,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         if actor is None:
             require(config.sft_folder is not None, "sft_folder", "a saved SFT model's folder", None)
             actor = load_causal_lm(config.sft_folder, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(config.sft_folder)
+            tokenizer = load_tokenizer(config.sft_folder)
         require(tokenizer is not None, "tokenizer", "the actor's tokenizer", tokenizer)
         self.tokenizer = tokenizer
         self.reward_model, self.reward_tokenizer = None, None
@@ -330,7 +336,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
                     None,
                 )
                 reward_model = load_reward_model(config.reward_model_folder, torch.float32)
-                reward_tokenizer = AutoTokenizer.from_pretrained(config.reward_model_folder)
+                reward_tokenizer = load_tokenizer(config.reward_model_folder)
             reward_tokenizer = reward_tokenizer or tokenizer  # a tokenizer of its own is allowed
             require_pad_token(reward_tokenizer)
             require_matching_pad(reward_model, reward_tokenizer)
@@ -346,7 +352,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             f"{actor.get_input_embeddings().num_embeddings} rows, the actor's vocabulary)",
             f"a critic whose embedding table has {vocabulary} rows",
         )
-        longest = self.task.max_prompt_length + 1 + config.max_new_tokens
+        longest = max_prompt_tokens(tokenizer, self.task) + config.max_new_tokens
         layout = "<bos> prompt response (num_digits and max_new_tokens)"
         self.prepare(actor, longest, "num_digits", layout)
         self.model.eval()  # dropout off; see the class docstring

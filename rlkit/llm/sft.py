@@ -17,14 +17,19 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
 from rlkit.checkpoint import folder_built_once
 from rlkit.llm.evaluation import held_out_scores, heldout_prompts
 from rlkit.llm.generation import generate, right_pad
-from rlkit.llm.models import build_causal_lm, load_causal_lm, tiny_config
+from rlkit.llm.models import build_causal_lm, load_causal_lm, load_tokenizer, tiny_config
 from rlkit.llm.tasks import TASKS, Example, PreferenceOracle, SortTask, Task, TaskData, make_task
-from rlkit.llm.tokenizer import build_char_tokenizer, prompt_token_ids, require_pad_token
+from rlkit.llm.tokenizer import (
+    build_char_tokenizer,
+    max_prompt_tokens,
+    prompt_token_ids,
+    require_pad_token,
+)
 from rlkit.llm.trainer import (
     LanguageModelResult,
     LanguageModelTrainer,
@@ -180,13 +185,13 @@ class SFTTrainer(LanguageModelTrainer):
             )
             model = build_causal_lm(model_config, config.seed)
         else:
-            self.tokenizer = AutoTokenizer.from_pretrained(config.model_name_or_path)
+            self.tokenizer = load_tokenizer(config.model_name_or_path)
             model = load_causal_lm(config.model_name_or_path, dtype=torch.float32)
         # GPT-2 and Llama ship none; masks here come from lengths, so EOS serves
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         require_pad_token(self.tokenizer)
-        longest = 1 + self.task.max_prompt_length + self.task.max_answer_length + 1
+        longest = max_prompt_tokens(self.tokenizer, self.task) + self.task.max_answer_length + 1
         self.prepare(model, longest, "num_digits", "<bos> prompt answer <eos>")
         self.stopped_early = False
 
