@@ -28,6 +28,7 @@ from rlkit.llm.tokenizer import (
     build_char_tokenizer,
     max_prompt_tokens,
     prompt_token_ids,
+    require_chat_template,
     require_pad_token,
 )
 from rlkit.llm.trainer import (
@@ -191,6 +192,8 @@ class SFTTrainer(LanguageModelTrainer):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         require_pad_token(self.tokenizer)
+        if self.task.chat:
+            require_chat_template(self.tokenizer, config.task)
         longest = max_prompt_tokens(self.tokenizer, self.task) + self.task.max_answer_length + 1
         self.prepare(model, longest, "num_digits", "<bos> prompt answer <eos>")
         self.stopped_early = False

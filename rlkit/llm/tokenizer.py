@@ -12,6 +12,8 @@ from __future__ import annotations
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
+from rlkit.training import require
+
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3
 TASK_ALPHABET = "0123456789+-=:?ABCDEFGHIJKLMNOPQRSTUVWXYZ "  # digits, the tasks' signs and letters
@@ -68,6 +70,23 @@ def require_pad_token(tokenizer) -> int:
             "end-of-sequence token"
         )
     return tokenizer.pad_token_id
+
+
+def use_distinct_pad_token(tokenizer, token: str) -> int:
+    """Pad with ``token``, a token the vocabulary already has, in place of a pad equal to EOS (or
+    none); its id. A reward model needs pad != EOS (it reads its score at the last non-pad token),
+    and a token already in the vocabulary grows no embedding, so the base model under LoRA stays
+    the model training started from. Set the model's ``config.pad_token_id`` to the id too."""
+    vocabulary = tokenizer.get_vocab()
+    require(
+        token in vocabulary and vocabulary[token] != tokenizer.eos_token_id,
+        "token",
+        "a token of the tokenizer's vocabulary other than its EOS "
+        f"({tokenizer.eos_token!r}; adding a new one would grow the embeddings)",
+        token,
+    )
+    tokenizer.pad_token = token
+    return vocabulary[token]
 
 
 def has_chat_template(tokenizer) -> bool:

@@ -8,6 +8,7 @@ take single steps on a few short prompts.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from rlkit.llm import packaged
+from rlkit.llm.dpo import DPOConfig, DPOTrainer
 from rlkit.llm.generation import (
     encode_prompts,
     generate,
@@ -23,10 +25,18 @@ from rlkit.llm.generation import (
     right_pad,
 )
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer
-from rlkit.llm.models import load_causal_lm, load_tokenizer
+from rlkit.llm.models import (
+    build_reward_model,
+    load_causal_lm,
+    load_tokenizer,
+    reward_model_from_causal_lm,
+)
 from rlkit.llm.packaged import SMOLLM2, PackagedModel, convert_gguf, packaged_folder
+from rlkit.llm.reward_model import score
+from rlkit.llm.rlhf_ppo import RLHFPPOConfig, RLHFPPOTrainer
+from rlkit.llm.sft import SFTConfig, SFTTrainer
 from rlkit.llm.tasks import AdditionQuestionTask
-from rlkit.llm.tokenizer import prompt_token_ids, render_prompts
+from rlkit.llm.tokenizer import prompt_token_ids, render_prompts, use_distinct_pad_token
 
 PACKAGED = packaged.PACKAGED_MODELS[SMOLLM2]
 needs_smollm2 = pytest.mark.skipif(
@@ -193,18 +203,7 @@ def test_one_lora_grpo_step_changes_only_adapters_and_the_reference_stays_the_ba
     before = trainer.reference_logprobs(sampled)
     row = trainer.run_update()
     assert row["zero_variance_groups_trained"] < 1
-    adapters = {name for name, value in trainer.model.named_parameters() if value.requires_grad}
-    assert adapters and all("lora_" in name for name in adapters)
-    for name, value in trainer.model.named_parameters():
-        if "lora_" in name:
-            continue
-        original = name.replace("base_model.model.", "").replace(".base_layer", "")
-        assert torch.equal(value, base[original]), name
-    assert any(
-        not torch.equal(value, torch.zeros_like(value))
-        for name, value in trainer.model.named_parameters()
-        if "lora_B" in name
-    )  # lora_B starts at zero: a step moved it
+    assert_only_adapters_moved(trainer.model, base)
     with torch.no_grad():
         after = trainer.reference_logprobs(sampled)
         base_logprobs = response_logprobs(
@@ -212,6 +211,93 @@ def test_one_lora_grpo_step_changes_only_adapters_and_the_reference_stays_the_ba
         )
     assert torch.equal(before, after)
     assert torch.allclose(after, base_logprobs, atol=1e-5)
+
+
+def assert_only_adapters_moved(adapted, base: dict[str, torch.Tensor]) -> None:
+    """Only LoRA weights are trainable, every other weight equals the base model's, and a step
+    moved the adapters (``lora_B`` starts at zero)."""
+    adapters = {name for name, value in adapted.named_parameters() if value.requires_grad}
+    assert adapters and all("lora_" in name for name in adapters)
+    for name, value in adapted.named_parameters():
+        if "lora_" in name:
+            continue
+        original = name.replace("base_model.model.", "").replace(".base_layer", "")
+        assert torch.equal(value, base[original]), name
+    assert any(
+        not torch.equal(value, torch.zeros_like(value))
+        for name, value in adapted.named_parameters()
+        if "lora_B" in name
+    )
+
+
+@needs_smollm2
+@pytest.mark.parametrize("algorithm", ["sft", "dpo", "rlhf_ppo"])
+def test_one_lora_step_of_each_trainer_moves_only_adapters(smollm2, algorithm, tmp_path):
+    """SFT, DPO and RLHF-PPO (the task's reward, a critic from the policy) take one step with
+    LoRA on the real model, the sort task asked through the chat template."""
+    model, tokenizer = smollm2
+    base = {name: value.clone() for name, value in model.state_dict().items()}
+    lora = dict(lora_rank=4, lora_alpha=8, learning_rate=1e-3, warmup_steps=0, seed=0)
+    if algorithm == "sft":
+        trainer = SFTTrainer(
+            SFTConfig(
+                model_name_or_path=SMOLLM2,
+                batch_size=2,
+                max_steps=1,
+                eval_every=1000,
+                num_heldout=4,
+                **lora,
+            )
+        )
+    elif algorithm == "dpo":
+        trainer = DPOTrainer(
+            DPOConfig(batch_size=2, num_train_pairs=2, **lora),
+            load_causal_lm(SMOLLM2, dtype=torch.float32),
+            tokenizer,
+        )
+    else:
+        config = RLHFPPOConfig(
+            reward="task",
+            critic_from="policy",
+            batch_size=2,
+            minibatch_size=2,
+            num_iterations=1,
+            max_new_tokens=4,
+            temperature=1.0,
+            # nobody sorts in four tokens: the penalty for a missing EOS gives the advantages a
+            # signal (the task's reward is 0 for every answer, the critic's values 0 at the start)
+            missing_eos_penalty=1.0,
+            **lora,
+        )
+        trainer = RLHFPPOTrainer(config, load_causal_lm(SMOLLM2, dtype=torch.float32), tokenizer)
+    trainer.run_update()
+    assert_only_adapters_moved(trainer.model, base)
+
+
+@needs_smollm2
+def test_a_distinct_pad_from_the_vocabulary_lets_a_reward_model_read_padded_rows(smollm2):
+    """pad = EOS is refused for a reward model; <|endoftext|>, already in the vocabulary, serves as
+    pad without growing the embeddings, and a padded batch scores each row as it scores alone."""
+    model, tokenizer = smollm2
+    tokenizer = copy.deepcopy(tokenizer)
+    with pytest.raises(ValueError, match="pad_token_id = eos_token_id"):
+        reward_model_from_causal_lm(model)
+    with pytest.raises(ValueError, match="token must be a token of the tokenizer's vocabulary"):
+        use_distinct_pad_token(tokenizer, "<pad>")
+    size = len(tokenizer)
+    pad_id = use_distinct_pad_token(tokenizer, "<|endoftext|>")
+    assert pad_id == 0 and len(tokenizer) == size and tokenizer.eos_token_id == 2
+    config = copy.deepcopy(model.config)
+    config.pad_token_id = pad_id
+    reward_model = build_reward_model(config, seed=0)
+    reward_model.base_model.load_state_dict(model.base_model.state_dict())
+    prompts = ["What is 2 + 3?", "Name a colour."]
+    completions = ["5", "Blue, the colour of a clear sky at noon"]
+    together = score(reward_model.eval(), tokenizer, prompts, completions)
+    alone = torch.cat(
+        [score(reward_model, tokenizer, [p], [c]) for p, c in zip(prompts, completions)]
+    )
+    assert torch.allclose(together, alone, atol=1e-4)
 
 
 @needs_smollm2
