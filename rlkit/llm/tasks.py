@@ -135,7 +135,8 @@ class AdditionTask(Task):
 
 
 class AdditionQuestionTask(Task):
-    """Addition asked in words, for an instruct model: ``"What is 23 + 45?"`` -> ``"68"``.
+    """Addition asked in words, for an instruct model: ``"What is 23 + 45? Answer with the number
+    only."`` -> ``"68"``.
 
     A chat task (``chat = True``): the prompt is the user's turn of a chat template, and the
     answer is whatever the model says. The reward reads the *last* number in the completion, the
@@ -160,7 +161,8 @@ class AdditionQuestionTask(Task):
         match = QUESTION.fullmatch(prompt)
         if match is None:
             raise ValueError(
-                f"prompt must look like 'What is 23 + 45?' (addition_question task), got {prompt!r}"
+                f"prompt must look like 'What is 23 + 45? {INSTRUCTION}' (addition_question "
+                f"task), got {prompt!r}"
             )
         return str(int(match[1]) + int(match[2]))
 
@@ -179,7 +181,7 @@ class AdditionQuestionTask(Task):
 
     @property
     def max_prompt_length(self) -> int:
-        return len("What is  + ?") + 2 * self.num_digits
+        return len(f"What is  + ? {INSTRUCTION}") + 2 * self.num_digits
 
     @property
     def num_problems(self) -> int:

@@ -6,6 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from rlkit.llm.tasks import (
+    AdditionQuestionTask,
     AdditionTask,
     PreferenceOracle,
     PreferencePair,
@@ -13,7 +14,15 @@ from rlkit.llm.tasks import (
     TaskData,
     make_task,
 )
-from rlkit.llm.tokenizer import BOS, EOS, PAD, build_char_tokenizer
+from rlkit.llm.tokenizer import (
+    BOS,
+    EOS,
+    PAD,
+    build_char_tokenizer,
+    max_prompt_tokens,
+    prompt_token_ids,
+    render_prompts,
+)
 
 
 def test_one_token_per_character_after_bos(tokenizer):
@@ -67,8 +76,58 @@ def test_sort_and_addition_answers():
     )
 
 
+def test_the_addition_question_rewards_the_last_number_of_the_answer():
+    task = AdditionQuestionTask(num_digits=2)
+    prompt = "What is 23 + 45? Answer with the number only."
+    assert task.answer(prompt) == "68"
+    for completion, reward in [
+        ("68", 1.0),
+        ("23 + 45 = 68", 1.0),
+        ("The answer is 68.", 1.0),
+        ("23 + 45 = 58", 0.0),
+        ("68, or rather 69", 0.0),  # the last number counts, not the first
+        ("sixty-eight", 0.0),  # no number at all
+        ("", 0.0),
+        ("-68", 0.0),
+    ]:
+        assert task.reward(prompt, completion) == reward, completion
+        assert task.position_reward(prompt, completion) == reward
+    assert (
+        AdditionQuestionTask(num_digits=3).reward(
+            "What is 999 + 1? Answer with the number only.", "It is 1,000."
+        )
+        == 1.0
+    )
+
+
+def test_the_addition_question_task_is_a_chat_task_with_bounded_prompts():
+    task, rng = AdditionQuestionTask(num_digits=1), random.Random(0)
+    prompts = {task.sample_prompt(rng) for _ in range(2000)}
+    assert task.chat and not SortTask().chat and len(prompts) == task.num_problems == 100
+    assert max(len(prompt) for prompt in prompts) == task.max_prompt_length
+    data = TaskData(task, num_heldout=50, seed=0)
+    assert not {example.prompt for example in data.train_batch(200)} & {
+        example.prompt for example in data.heldout
+    }
+
+
+def test_without_a_chat_template_prompts_are_the_text_with_bos(tokenizer):
+    """The character tokenizer has no template: the prompt is read as it is, after BOS, and the
+    bound on its tokens is exact."""
+    assert render_prompts(tokenizer, ["S318402:"]) == ["S318402:"]
+    assert prompt_token_ids(tokenizer, ["S318402:"]) == [tokenizer("S318402:")["input_ids"]]
+    assert max_prompt_tokens(tokenizer, SortTask()) == 1 + SortTask().max_prompt_length
+
+
 @pytest.mark.parametrize(
-    "task, prompt", [(SortTask(), "318402"), (SortTask(), "S31a:"), (AdditionTask(), "A1+=")]
+    "task, prompt",
+    [
+        (SortTask(), "318402"),
+        (SortTask(), "S31a:"),
+        (AdditionTask(), "A1+="),
+        (AdditionQuestionTask(), "What is 2 + 3?"),  # the instruction is part of the task
+        (AdditionQuestionTask(), "What is 2 - 3? Answer with the number only."),
+    ],
 )
 def test_malformed_prompts_are_refused(task, prompt):
     with pytest.raises(ValueError, match="prompt must look like"):
