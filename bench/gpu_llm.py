@@ -353,6 +353,15 @@ def grpo_section(args, device: str) -> None:
     )
 
 
+def pair_tokens(trainer: DPOTrainer) -> int:
+    """The tokens of a DPO trainer's pairs: each pair is two rows, chosen and rejected, and every
+    token goes forward (and back, training)."""
+    return sum(
+        2 * len(pair.prompt) + len(pair.chosen) + len(pair.rejected)
+        for pair in trainer.train_tokens
+    )
+
+
 def dpo_section(args, device: str) -> None:
     """A few timed DPO steps after an untimed one, on the RLHF-PPO section's policy shape: 64
     offline pairs per step, their reference log-probabilities computed before the first step."""
@@ -377,11 +386,7 @@ def dpo_section(args, device: str) -> None:
         f"reference on {device}, {pairs_per_step} pairs a step, bf16 autocast "
         f"{'on' if device == 'cuda' else 'off'}"
     )
-    # each pair is two rows, chosen and rejected: every token goes forward (and back, training)
-    tokens = sum(
-        2 * len(pair.prompt) + len(pair.chosen) + len(pair.rejected)
-        for pair in trainer.train_tokens
-    )
+    tokens = pair_tokens(trainer)
     print(
         f"pairs and reference log-probabilities before the first step: {setup_seconds:.2f} s "
         f"({tokens:,} tokens, {tokens / setup_seconds:,.0f} tokens/s with the pairs' drawing)"
@@ -477,11 +482,7 @@ def smollm2_section(args, device: str) -> None:
         trainer.run_update()
     synchronize(device)
     seconds = time.perf_counter() - start
-    tokens = sum(
-        2 * len(pair.prompt) + len(pair.chosen) + len(pair.rejected)
-        for pair in trainer.train_tokens
-    )
-    trained = tokens * steps / (steps + 1)
+    trained = pair_tokens(trainer) * steps / (steps + 1)
     print(f"DPO ({pairs} pairs a step, the sort task in a chat): {trained / seconds:,.0f} tokens/s")
     if device == "cuda":
         print(f"memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB at most")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from rlkit.checkpoint import write_atomically
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer
 from rlkit.llm.packaged import SMOLLM2
 
@@ -76,7 +77,9 @@ def main() -> None:
     for seed in args.seeds:
         records = [record for record in records if record["seed"] != seed] + [run(seed)]
         records.sort(key=lambda record: record["seed"])
-        args.out.write_text(json.dumps(records, indent=1) + "\n")  # after each seed: none is lost
+        text = (json.dumps(records, indent=1) + "\n").encode()
+        # after each seed, and atomically: a crash loses at most the seed it was training
+        write_atomically(args.out, lambda file, text=text: file.write(text))
         last = records[[r["seed"] for r in records].index(seed)]
         print(
             f"seed {seed}: greedy exact match "

@@ -546,12 +546,14 @@ class GRPOTrainer(LanguageModelTrainer):
     ):
         super().__init__(config)
         self.task = make_task(config.task, num_digits=config.num_digits)
-        # 500 held-out problems, or half of a small task's (one-digit addition has 100)
-        self.data = TaskData(
-            self.task, num_heldout=min(500, self.task.num_problems // 2), seed=config.seed
-        )
+        self.data = TaskData(self.task, seed=config.seed)
         if policy is None:
-            require(config.sft_folder is not None, "sft_folder", "a saved SFT model's folder", None)
+            require(
+                config.sft_folder is not None,
+                "sft_folder",
+                "a saved SFT model's folder, or a causal LM's folder or hub name",
+                None,
+            )
             policy = load_causal_lm(config.sft_folder, dtype=torch.float32)
             tokenizer = load_tokenizer(config.sft_folder)
         require(tokenizer is not None, "tokenizer", "the policy's tokenizer", tokenizer)

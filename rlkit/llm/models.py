@@ -276,10 +276,11 @@ def load_reward_model(
     """A reward model saved with ``save_pretrained`` (or a hub name), checked to read its score
     correctly."""
     require_device(device)
-    config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    source = resolve_pretrained(name_or_path)
+    config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     require_reward_model_config(config)
     return AutoModelForSequenceClassification.from_pretrained(
-        name_or_path, dtype=dtype, trust_remote_code=trust_remote_code
+        source, dtype=dtype, trust_remote_code=trust_remote_code
     ).to(device)
 
 

@@ -14,6 +14,7 @@ connection.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -68,20 +69,27 @@ def cache_root() -> Path:
 
 
 def hub_is_offline() -> bool:
-    """``HF_HUB_OFFLINE`` set to a true value: the hub must not be asked."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    """``HF_HUB_OFFLINE`` (or the older ``TRANSFORMERS_OFFLINE``) set to a true value, read now
+    rather than when ``huggingface_hub`` was imported: the hub must not be asked."""
+    return any(
+        os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def hub_cache_snapshot(name: str) -> Path | None:
-    """The hub's copy of ``name`` when it is already in the local Hugging Face cache (looked up
-    with ``local_files_only``: no connection)."""
+    """The hub's copy of ``name`` when the local Hugging Face cache holds a whole model (its config
+    and its weights; looked up with ``local_files_only``: no connection). A snapshot that holds only
+    some files, say a tokenizer fetched alone, does not count."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(name, local_files_only=True))
+        snapshot = Path(snapshot_download(name, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
+    has_weights = any(snapshot.glob("*.safetensors")) or any(snapshot.glob("pytorch_model*.bin"))
+    return snapshot if (snapshot / "config.json").is_file() and has_weights else None
 
 
 def resolve_pretrained(name_or_path: str | os.PathLike) -> str | Path:
@@ -111,12 +119,19 @@ def resolve_pretrained(name_or_path: str | os.PathLike) -> str | Path:
 
 
 def file_digest(path: Path, length: int = 16) -> str:
-    """The first ``length`` hex digits of the file's SHA-256."""
+    """The first ``length`` hex digits of the file's SHA-256 (remembered per path, size and
+    modification time: a 98 MB file is read once per process)."""
+    stat = path.stat()
+    return _digest(str(path), stat.st_size, stat.st_mtime_ns)[:length]
+
+
+@functools.lru_cache(maxsize=16)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()[:length]
+    return digest.hexdigest()
 
 
 def packaged_folder(packaged: PackagedModel) -> Path:
@@ -135,9 +150,13 @@ def packaged_folder(packaged: PackagedModel) -> Path:
     with FileLock(str(folder) + ".lock"):
         if folder.is_dir():  # another process converted it while this one waited
             return folder
+        # what a conversion killed mid-way left (nobody else converts while we hold the lock)
+        for stale in folder.parent.glob(folder.name + ".partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         partial = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
         try:
             convert_gguf(gguf_path, partial)
+            partial.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
             os.replace(partial, folder)
         finally:
             shutil.rmtree(partial, ignore_errors=True)

@@ -203,9 +203,12 @@ def make_task(name: str, **kwargs) -> Task:
 
 class TaskData:
     """A task's held-out examples (fixed by ``seed``) and an endless stream of training examples
-    that avoids them."""
+    that avoids them. ``num_heldout`` None: 500, or half the problems of a smaller task (one-digit
+    ``addition_question`` has 100)."""
 
-    def __init__(self, task: Task, num_heldout: int = 500, seed: int = 0):
+    def __init__(self, task: Task, num_heldout: int | None = None, seed: int = 0):
+        if num_heldout is None:
+            num_heldout = min(500, task.num_problems // 2)
         require(is_count(num_heldout), "num_heldout", "an integer >= 1", num_heldout)
         require(
             num_heldout <= task.num_problems // 2,

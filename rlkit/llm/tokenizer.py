@@ -130,8 +130,9 @@ def prompt_token_ids(tokenizer, prompts: list[str]) -> list[list[int]]:
 
 
 def max_prompt_tokens(tokenizer, task) -> int:
-    """An upper bound on a ``task`` prompt's tokens as the model reads it: the rendering of an
-    empty prompt (BOS, or the chat template's turns) plus one token per character of the longest
-    prompt (no tokenizer spends more than a token on an ASCII character). Exact for the character
-    tokenizer."""
+    """A ``task`` prompt's tokens as the model reads it, at most: the rendering of an empty prompt
+    (BOS, or the chat template's turns) plus one token per character of the longest prompt. Exact
+    for the character tokenizer, and an upper bound for byte-level BPE (GPT-2, Llama 3, Qwen2,
+    SmolLM2), which never spends more than a token on an ASCII character; SentencePiece can (its
+    word-initial marker), and ``encode_prompts`` checks the real lengths before generating."""
     return len(prompt_token_ids(tokenizer, [""])[0]) + task.max_prompt_length
