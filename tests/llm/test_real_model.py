@@ -433,3 +433,14 @@ def test_the_conversion_runs_once_under_a_lock_and_a_failed_one_leaves_nothing(
         packaged_folder(fake)
     left = sorted(path.name for path in (tmp_path / "cache" / "models").iterdir())
     assert [name for name in left if not name.endswith(".lock")] == [folders[0].name]
+
+    # a conversion killed mid-way (no exception, no cleanup) leaves its partial folder: the next
+    # conversion of that file clears it under the lock
+    new_folder = folders[0].parent / (
+        "someone--fake-" + packaged.file_digest(package / "model.gguf")
+    )
+    stale = new_folder.parent / (new_folder.name + ".partial-killed")
+    stale.mkdir()
+    (stale / "half.safetensors").write_text("...")
+    monkeypatch.setattr(packaged, "convert_gguf", slow_conversion)
+    assert packaged_folder(fake) == new_folder and not stale.exists()
