@@ -505,6 +505,19 @@ def padded_rows(
     return torch.cat(chosen)
 
 
+def task_rewards(
+    task, config: GRPOConfig, prompts: list[str], texts: list[str], batch: ResponseBatch
+) -> torch.Tensor:
+    """``[B]``: the task's reward of each completion (``config.reward``: exact or per position),
+    plus DAPO's over-long penalty when ``config.overlong_buffer`` is set."""
+    reward = task.reward if config.reward == "exact" else task.position_reward
+    rewards = torch.tensor(list(map(reward, prompts, texts)), dtype=torch.float32)
+    if config.overlong_buffer is not None:
+        lengths = batch.response_mask.sum(dim=1).cpu()
+        rewards = rewards + overlong_penalty(lengths, config.max_new_tokens, config.overlong_buffer)
+    return rewards
+
+
 @dataclass
 class Rollout:
     """An iteration's completions with what the loss reads."""
@@ -514,6 +527,40 @@ class Rollout:
     loss_mask: torch.Tensor  # [B, T]: the response mask, less masked truncated completions
     ref_logprobs: torch.Tensor | None
     sampler_logprobs: torch.Tensor | None = None  # [B, T]: the sampler's, where Sampled has them
+
+
+def sampling_stats(sampled: Sampled, task, eos_token_id: int, group_size: int) -> dict[str, float]:
+    """What the sampler produced: reward, exact answers, the share of groups with one reward (zero
+    variance: no signal), lengths, truncations."""
+    mask = sampled.batch.response_mask
+    ended = ((sampled.batch.response_ids == eos_token_id) & (mask != 0)).any(1)
+    exact = list(map(task.reward, sampled.prompts, sampled.texts))
+    return {
+        "reward": sampled.rewards.mean().item(),
+        "exact_match_sampled": sum(exact) / len(exact),
+        "zero_variance_groups": sampled.constant_groups(group_size).float().mean().item(),
+        "completion_length": mask.sum(dim=1).float().mean().item(),
+        "truncated": (~ended).float().mean().item(),
+    }
+
+
+def rollout_from(
+    batch: ResponseBatch,
+    rewards: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    sampler_logprobs: torch.Tensor | None,
+    config: GRPOConfig,
+    eos_token_id: int,
+) -> Rollout:
+    """The completions with their group advantages (eq-grpo-advantage) and loss mask (the
+    response mask, less the truncated completions when ``mask_truncated_completions``)."""
+    advantages = group_advantages(rewards, config.group_size, config.scale, config.baseline)
+    loss_mask = batch.response_mask
+    if config.mask_truncated_completions:
+        ended = ((batch.response_ids == eos_token_id) & (loss_mask != 0)).any(1)
+        loss_mask = loss_mask * ended.unsqueeze(1).to(loss_mask.dtype)
+    advantages = advantages.to(batch.response_ids.device)
+    return Rollout(batch, advantages, loss_mask, ref_logprobs, sampler_logprobs)
 
 
 class GRPOTrainer(LanguageModelTrainer):
@@ -543,6 +590,7 @@ class GRPOTrainer(LanguageModelTrainer):
         policy: PreTrainedModel | None = None,
         tokenizer=None,
         reference: PreTrainedModel | None = None,
+        keep_reference: bool = True,
     ):
         super().__init__(config)
         self.task = make_task(config.task, num_digits=config.num_digits)
@@ -571,7 +619,9 @@ class GRPOTrainer(LanguageModelTrainer):
             type(reference).__name__,
         )
         self.reference = None
-        if config.beta > 0 and config.lora_rank is None:
+        # keep_reference=False: another worker holds the reference (Chapter 13's roles) and the
+        # rollouts bring its log-probabilities
+        if config.beta > 0 and config.lora_rank is None and keep_reference:
             self.reference = frozen((reference or copy.deepcopy(policy)).to(config.device))
         self.shuffle = torch.Generator().manual_seed(config.seed)
         self.sampler, self.sampler_states = None, collections.deque(maxlen=config.sampler_lag + 1)
@@ -660,6 +710,13 @@ class GRPOTrainer(LanguageModelTrainer):
         self.sampler.load_state_dict(self.sampler_states[0])
 
     @property
+    def has_reference(self) -> bool:
+        """A reference this process can ask: a frozen copy, or (LoRA) the disabled adapters."""
+        return self.config.beta > 0 and (
+            self.reference is not None or self.config.lora_rank is not None
+        )
+
+    @property
     def keeps_sampler_logprobs(self) -> bool:
         return self.sampler is not None or self.config.sampler_correction is not None
 
@@ -671,11 +728,27 @@ class GRPOTrainer(LanguageModelTrainer):
             example.prompt for example in self.data.train_batch(config.prompts_per_iteration)
         ]
         repeated = [prompt for prompt in prompts for _ in range(config.group_size)]
-        with timer("generate"), self.autocast():
+        with timer("generate"):
+            batch, sampler_logprobs = self.generate_completions(repeated)
+        with timer("score"):
+            texts = batch.texts(self.tokenizer)
+            rewards = task_rewards(self.task, config, repeated, texts, batch)
+        ref_logprobs = None
+        if config.beta > 0:
+            with timer("reference"), torch.no_grad(), self.autocast():
+                ref_logprobs = self.reference_logprobs(batch)
+        return Sampled(batch, repeated, texts, rewards, ref_logprobs, sampler_logprobs)
+
+    def generate_completions(self, prompts: list[str]) -> tuple[ResponseBatch, torch.Tensor | None]:
+        """One completion of each prompt (a group repeats its prompt) from the sampler, or the
+        policy itself; the batch carries the trainer's old log-probabilities where the loss needs
+        them, and the sampler's come beside it where they are kept."""
+        config = self.config
+        with self.autocast():
             batch = generate(
                 self.sampler or self.model,
                 self.tokenizer,
-                repeated,
+                prompts,
                 config.max_new_tokens,
                 config.temperature,
                 decoder=config.decoder,
@@ -694,42 +767,12 @@ class GRPOTrainer(LanguageModelTrainer):
                         batch.temperature,
                     )
                 batch = dataclasses.replace(batch, logprobs=trainer_logprobs)
-        with timer("score"):
-            texts = batch.texts(self.tokenizer)
-            rewards = self._rewards(repeated, texts, batch)
-        ref_logprobs = None
-        if config.beta > 0:
-            with timer("reference"), torch.no_grad(), self.autocast():
-                ref_logprobs = self.reference_logprobs(batch)
-        return Sampled(batch, repeated, texts, rewards, ref_logprobs, sampler_logprobs)
-
-    def _rewards(self, prompts: list[str], texts: list[str], batch: ResponseBatch) -> torch.Tensor:
-        """The task's reward of each completion, plus DAPO's over-long penalty when it is on."""
-        reward = self.task.reward if self.config.reward == "exact" else self.task.position_reward
-        rewards = torch.tensor(list(map(reward, prompts, texts)), dtype=torch.float32)
-        if self.config.overlong_buffer is not None:
-            lengths = batch.response_mask.sum(dim=1).cpu()
-            rewards = rewards + overlong_penalty(
-                lengths, self.config.max_new_tokens, self.config.overlong_buffer
-            )
-        return rewards
+        return batch, sampler_logprobs
 
     def _rollout_stats(self, sampled: Sampled) -> dict[str, float]:
-        """What the sampler produced (the first round): reward, exact answers, the share of groups
-        with one reward (zero variance: no signal), lengths, truncations."""
-        mask = sampled.batch.response_mask
-        ended = ((sampled.batch.response_ids == self.tokenizer.eos_token_id) & (mask != 0)).any(1)
-        exact = list(map(self.task.reward, sampled.prompts, sampled.texts))
-        return {
-            "reward": sampled.rewards.mean().item(),
-            "exact_match_sampled": sum(exact) / len(exact),
-            "zero_variance_groups": sampled.constant_groups(self.config.group_size)
-            .float()
-            .mean()
-            .item(),
-            "completion_length": mask.sum(dim=1).float().mean().item(),
-            "truncated": (~ended).float().mean().item(),
-        }
+        return sampling_stats(
+            sampled, self.task, self.tokenizer.eos_token_id, self.config.group_size
+        )
 
     def _assemble(self, rounds: list[Sampled], chosen: list[tuple[int, int]]) -> Rollout:
         """The chosen groups ``(round, group)`` as one batch, with their advantages and loss
@@ -755,12 +798,7 @@ class GRPOTrainer(LanguageModelTrainer):
             width = batch.response_ids.shape[1]
             ref = padded_rows(parts, "ref_logprobs", width)
             sampler = padded_rows(parts, "sampler_logprobs", width)
-        advantages = group_advantages(rewards, size, config.scale, config.baseline)
-        loss_mask = batch.response_mask
-        if config.mask_truncated_completions:
-            ended = ((batch.response_ids == self.tokenizer.eos_token_id) & (loss_mask != 0)).any(1)
-            loss_mask = loss_mask * ended.unsqueeze(1).to(loss_mask.dtype)
-        return Rollout(batch, advantages.to(batch.response_ids.device), loss_mask, ref, sampler)
+        return rollout_from(batch, rewards, ref, sampler, config, self.tokenizer.eos_token_id)
 
     def reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
         """The sampled tokens' log-probabilities under the reference, at the sampling
@@ -876,7 +914,7 @@ class GRPOTrainer(LanguageModelTrainer):
         greedy and sampled at the training temperature, and the KL to the reference when one is
         kept (``held_out_scores``)."""
         prompts = heldout_prompts(self.data, num_prompts)
-        reference = self.reference_logprobs if self.config.beta > 0 else None
+        reference = self.reference_logprobs if self.has_reference else None
         with torch.no_grad(), self.autocast():
             return held_out_scores(
                 self.model,

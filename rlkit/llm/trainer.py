@@ -208,6 +208,9 @@ class LanguageModelTrainer(Trainer):
     def __init__(self, config: LanguageModelTrainingConfig):
         super().__init__(config)
         seed_everything(config.seed)
+        # data parallelism (Chapter 13's SPMD workers) sets this: after a batch's gradient is
+        # accumulated, every rank's gradient is replaced by the ranks' mean (eq-data-parallel)
+        self.average_gradients: Callable[[torch.nn.Module], None] | None = None
 
     def prepare(self, model: PreTrainedModel, longest: int, length_field: str, layout: str) -> None:
         """Check that the ``longest`` sequence (its ``layout``; ``length_field`` sets its length)
@@ -258,6 +261,8 @@ class LanguageModelTrainer(Trainer):
             for name, value in {"loss": loss, **metrics}.items():
                 number = value.item() if torch.is_tensor(value) else float(value)
                 sums[name] = sums.get(name, 0.0) + share * number
+        if self.average_gradients is not None:
+            self.average_gradients(model)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
         )
