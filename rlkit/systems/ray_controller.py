@@ -1,0 +1,153 @@
+"""The single controller on Ray (Chapter 13): the roles of ``rlkit.systems.roles`` in Ray actors,
+the dataflow in the driver (``GRPODataflow``), placement as configuration.
+
+``placement`` groups the roles into worker processes: ``"split"`` gives each role a process of its
+own, ``"colocated"`` puts them all in one (verl colocates its actor, rollout and reference in one
+worker group, so that the weights live once), or any list of groups such as ``[["actor",
+"reference"], ["reward"]]``. Nothing leaves the machine: Ray starts without its dashboard, with its
+usage statistics off, on the loopback address.
+
+When a worker dies, the driver never waits for it: a worker whose roles keep no state of their own
+(the reference and the reward are rebuilt from the config) is restarted once and the call retried;
+a worker that holds the actor (the policy and its optimizer) stops the run with an error that
+names the role. A call that does not answer within ``call_timeout`` seconds stops it too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from rlkit.llm.grpo import GRPOConfig
+from rlkit.systems.dataflow import GRPODataflow, require_dataflow_settings
+from rlkit.systems.roles import ROLES, LocalHost
+from rlkit.training import require
+
+__all__ = [
+    "PLACEMENTS",
+    "RayHost",
+    "WorkerFailed",
+    "ray_dataflow",
+    "start_ray",
+    "stop_ray",
+]
+
+PLACEMENTS = ("split", "colocated")
+STATELESS_ROLES = ("reference", "reward")  # rebuilt from the config: a restart loses nothing
+
+
+class WorkerFailed(RuntimeError):
+    """A worker died or did not answer; the message names its roles."""
+
+
+def start_ray(num_cpus: int | None = None) -> None:
+    """Start a local Ray instance that stays on this machine (no dashboard, no usage statistics,
+    loopback only), unless one is running already."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray overrides CUDA_VISIBLE_DEVICES for actors without GPUs; keep its future behaviour (and
+    # no warning about the change)
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+
+
+def stop_ray() -> None:
+    """Shut Ray and every process it started down."""
+    import ray
+
+    ray.shutdown()
+
+
+def placement_groups(placement: str | Sequence[Sequence[str]], roles: list[str]) -> list[list[str]]:
+    """The worker processes' role lists for ``placement`` (a name of ``PLACEMENTS`` or groups)."""
+    if placement == "split":
+        return [[role] for role in roles]
+    if placement == "colocated":
+        return [list(roles)]
+    require(
+        not isinstance(placement, str),
+        "placement",
+        f"one of {PLACEMENTS}, or a list of role groups",
+        placement,
+    )
+    groups = [[role for role in group if role in roles] for group in placement]
+    placed = [role for group in groups for role in group]
+    require(
+        sorted(placed) == sorted(roles),
+        "placement",
+        f"groups that place each of the roles {roles} exactly once",
+        placement,
+    )
+    return [group for group in groups if group]
+
+
+class RayHost:
+    """The driver's handle on one Ray actor that hosts ``roles`` (a ``LocalHost`` in another
+    process)."""
+
+    def __init__(self, config: GRPOConfig, roles: list[str], call_timeout: float):
+        import ray
+
+        stateless = all(role in STATELESS_ROLES for role in roles)
+        retries = 1 if stateless else 0
+        remote_host = ray.remote(LocalHost).options(
+            num_cpus=1, max_restarts=retries, max_task_retries=retries
+        )
+        self.roles, self.call_timeout = roles, call_timeout
+        self.handle = remote_host.remote(config, roles)
+
+    def call(self, role: str, method: str, *args):
+        import ray
+
+        try:
+            return ray.get(self.handle.call.remote(role, method, *args), timeout=self.call_timeout)
+        except ray.exceptions.GetTimeoutError as error:
+            raise WorkerFailed(
+                f"the worker of {self.roles} did not answer {role}.{method} within "
+                f"{self.call_timeout} s"
+            ) from error
+        except ray.exceptions.RayActorError as error:
+            keeps = "" if set(self.roles) <= set(STATELESS_ROLES) else " (it holds the policy)"
+            raise WorkerFailed(
+                f"the worker of {self.roles} died during {role}.{method}{keeps}: "
+                f"{type(error).__name__}"
+            ) from error
+
+    def pid(self) -> int:
+        import ray
+
+        return ray.get(self.handle.pid.remote(), timeout=self.call_timeout)
+
+    def kill(self) -> None:
+        import ray
+
+        ray.kill(self.handle, no_restart=True)
+
+
+def ray_dataflow(
+    config: GRPOConfig,
+    placement: str | Sequence[Sequence[str]] = "split",
+    call_timeout: float = 600.0,
+) -> GRPODataflow:
+    """Chapter 11's GRPO run by a single controller over Ray actors placed as ``placement``
+    (starts Ray when it is not running; ``stop_ray`` ends it)."""
+    require_dataflow_settings(config)
+    roles = [
+        name for name in ROLES if name != "reference" or GRPODataflow.separate_reference(config)
+    ]
+    groups = placement_groups(placement, roles)
+    start_ray(num_cpus=max(2, len(groups)))
+    hosts = {}
+    for group in groups:
+        host = RayHost(config, group, call_timeout)
+        hosts |= dict.fromkeys(group, host)
+    return GRPODataflow(config, hosts)

@@ -1,0 +1,134 @@
+"""The worker roles of Chapter 11's GRPO dataflow (Chapter 13): what each node of the dataflow
+computes, with no word about where it runs.
+
+Every role is a plain object with a few methods: the ``actor`` samples completions and updates the
+policy, the ``reference`` gives the frozen start's log-probabilities, the ``reward`` scores the
+completions with the task's verifiable reward. A host (``LocalHost`` here, ``rlkit.systems.ray``'s
+Ray actors, or one rank of ``rlkit.systems.spmd``) builds the roles it is given and runs their
+methods; the driver (``rlkit.systems.dataflow``) holds the dataflow and calls them. Each role is
+built from the run's ``GRPOConfig`` alone, so that a host in another process builds the same
+object from the same settings, and the same random streams make it compute the same numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rlkit.llm.generation import ResponseBatch, response_logprobs
+from rlkit.llm.grpo import GRPOConfig, GRPOTrainer, Rollout, task_rewards
+from rlkit.llm.models import load_causal_lm
+from rlkit.llm.tasks import make_task
+from rlkit.llm.trainer import frozen
+from rlkit.training import require
+
+__all__ = ["ROLES", "ActorRole", "Generated", "LocalHost", "ReferenceRole", "RewardRole"]
+
+
+@dataclass
+class Generated:
+    """The actor's completions of one batch of prompts."""
+
+    batch: ResponseBatch
+    texts: list[str]
+    sampler_logprobs: torch.Tensor | None  # [B, T]: a separate sampler's, where one is kept
+
+
+class ActorRole:
+    """The policy: it samples completions (the rollout) and takes the policy's steps (the actor
+    update). It is Chapter 11's trainer without the reference and the data, which live
+    elsewhere."""
+
+    def __init__(self, config: GRPOConfig):
+        self.trainer = GRPOTrainer(config, keep_reference=False)
+
+    def generate(self, prompts: list[str]) -> Generated:
+        """One completion per prompt (a group repeats its prompt), from this iteration's
+        sampler."""
+        trainer = self.trainer
+        if trainer.sampler is not None:
+            trainer._sync_sampler()
+        batch, sampler_logprobs = trainer.generate_completions(prompts)
+        return Generated(batch, batch.texts(trainer.tokenizer), sampler_logprobs)
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        """``num_epochs`` passes of ``grpo_loss`` steps over the scored rollout."""
+        stats = self.trainer._policy_epochs(rollout)
+        self.trainer.updates_done += 1
+        return stats
+
+    def reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
+        """With LoRA the reference is this policy with its adapters disabled: only the actor's
+        host can compute it."""
+        with torch.no_grad(), self.trainer.autocast():
+            return self.trainer.reference_logprobs(batch)
+
+    def evaluate(self, num_prompts: int | None = None, seed: int = 0) -> dict:
+        return self.trainer.evaluate(num_prompts, seed)
+
+    def state_dict(self) -> dict:
+        return self.trainer.state_dict()
+
+
+class ReferenceRole:
+    """The frozen start: the log-probabilities of the sampled tokens for the KL term."""
+
+    def __init__(self, config: GRPOConfig):
+        require(
+            config.lora_rank is None,
+            "lora_rank",
+            "None for a reference worker of its own (with LoRA the reference is the actor's "
+            "disabled adapters: the actor answers for it)",
+            config.lora_rank,
+        )
+        self.model = frozen(load_causal_lm(config.sft_folder, dtype=torch.float32))
+        self.model.to(config.device)
+
+    def logprobs(self, batch: ResponseBatch) -> torch.Tensor:
+        with torch.no_grad():
+            return response_logprobs(
+                self.model,
+                batch.prompts,
+                batch.response_ids,
+                batch.response_mask,
+                batch.temperature,
+            )
+
+
+class RewardRole:
+    """The task's verifiable reward (and DAPO's over-long penalty when it is on)."""
+
+    def __init__(self, config: GRPOConfig):
+        self.config = config
+        self.task = make_task(config.task, num_digits=config.num_digits)
+
+    def rewards(self, prompts: list[str], generated: Generated) -> torch.Tensor:
+        return task_rewards(self.task, self.config, prompts, generated.texts, generated.batch)
+
+
+ROLES = {"actor": ActorRole, "reference": ReferenceRole, "reward": RewardRole}
+
+
+class LocalHost:
+    """Hosts roles in this process: the single process of Chapter 11, and what each Ray actor and
+    each SPMD rank runs inside. ``call`` returns a method's result with the seconds it computed,
+    so that a driver can tell computing from dispatching."""
+
+    def __init__(self, config: GRPOConfig, role_names: list[str]):
+        for name in role_names:
+            require(name in ROLES, "role", f"one of {tuple(ROLES)}", name)
+        # the actor last: its trainer seeds the random streams it samples with, and loading
+        # another role's model may draw from them
+        order = sorted(role_names, key=lambda name: name == "actor")
+        self.roles = {name: ROLES[name](config) for name in order}
+
+    def call(self, role: str, method: str, *args):
+        start = time.perf_counter()
+        result = getattr(self.roles[role], method)(*args)
+        return result, time.perf_counter() - start
+
+    def pid(self) -> int:
+        return os.getpid()

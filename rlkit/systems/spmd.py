@@ -1,0 +1,226 @@
+"""Multiple controllers (Chapter 13): the same program on every rank (SPMD, as Megatron and
+DeepSpeed-Chat run), launched by ``torchrun`` on the gloo backend.
+
+Each rank hosts every role of Chapter 11's GRPO dataflow (``LocalHost``) and drives its own
+iteration (``GRPODataflow``): it draws the global batch of prompts from the run's one stream, keeps
+its share of them, samples with its own random stream, scores, and computes its groups'
+advantages, which need no other rank (a group never spans ranks). The ranks meet once per
+optimizer step: after each has accumulated its gradient, the gradients are averaged over the ranks
+(eq-data-parallel), so that every rank takes the same step and the weights stay equal.
+
+For a loss that is a mean over completions (``loss_type`` "grpo" or "dr_grpo") the mean of the
+ranks' gradients is the gradient of the global batch: one step on ``W`` ranks equals one step of
+the single process on the same completions, up to the order of the float sums.
+
+Run it as ``torchrun --nproc-per-node 2 -m rlkit.systems.spmd --config run.json --out folder``, or
+from Python with ``launch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rlkit.checkpoint import write_atomically
+from rlkit.llm.grpo import GRPOConfig
+from rlkit.systems.dataflow import GRPODataflow, require_dataflow_settings
+from rlkit.systems.roles import ROLES, LocalHost
+from rlkit.training import is_count, require
+
+__all__ = ["GradientAverager", "launch", "rank_config", "require_data_parallel_settings"]
+
+# losses whose gradient is a mean over completions, so that the ranks' mean is the global one
+DATA_PARALLEL_LOSSES = ("grpo", "dr_grpo")
+
+
+def require_data_parallel_settings(config: GRPOConfig, world_size: int) -> None:
+    """The settings whose step on ``world_size`` ranks is the single process's step."""
+    require_dataflow_settings(config)
+    require(
+        config.prompts_per_iteration % world_size == 0,
+        "prompts_per_iteration",
+        f"a multiple of the number of ranks ({world_size}): each rank takes whole groups",
+        config.prompts_per_iteration,
+    )
+    require(
+        config.loss_type in DATA_PARALLEL_LOSSES,
+        "loss_type",
+        f"one of {DATA_PARALLEL_LOSSES} under data parallelism (a token mean over the batch is "
+        "not the mean of the ranks' token means)",
+        config.loss_type,
+    )
+    require(
+        config.scale != "batch",
+        "scale",
+        "'group' or 'none' under data parallelism (the batch's std would be each rank's)",
+        config.scale,
+    )
+    require(
+        config.minibatch_size is None or config.minibatch_size % world_size == 0,
+        "minibatch_size",
+        f"None or a multiple of the number of ranks ({world_size})",
+        config.minibatch_size,
+    )
+
+
+def rank_config(config: GRPOConfig, world_size: int) -> GRPOConfig:
+    """One rank's share of the run: its prompts (and minibatch) per iteration."""
+    minibatch = None if config.minibatch_size is None else config.minibatch_size // world_size
+    return dataclasses.replace(
+        config,
+        prompts_per_iteration=config.prompts_per_iteration // world_size,
+        minibatch_size=minibatch,
+    )
+
+
+class GradientAverager:
+    """Replaces every rank's gradient with the ranks' mean, ``g = (1/W) sum_r g_r``
+    (eq-data-parallel): one all-reduce over all the gradients flattened into one buffer (DDP does
+    the same in buckets, overlapped with the backward pass). Counts the seconds it spends."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def __call__(self, model: torch.nn.Module) -> None:
+        start = time.perf_counter()
+        grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+        flat = torch.cat([grad.flatten() for grad in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= dist.get_world_size()
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+        self.seconds += time.perf_counter() - start
+
+
+def broadcast_parameters(model: torch.nn.Module) -> None:
+    """Every rank starts from rank 0's weights (as DDP does when it wraps a model)."""
+    for parameter in model.parameters():
+        dist.broadcast(parameter.data, src=0)
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """Rank 0 keeps the run's own stream (one rank is the single process); the others get streams
+    of their own, derived from ``(seed, rank)``."""
+    if rank == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+
+
+def mean_over_ranks(row: dict[str, float]) -> dict[str, float]:
+    """The history row averaged over the ranks (each rank's statistics are its own share's)."""
+    names = sorted(row)
+    values = torch.tensor([float(row[name]) for name in names], dtype=torch.float64)
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    values /= dist.get_world_size()
+    return dict(zip(names, values.tolist()))
+
+
+def run_rank(config: GRPOConfig, out: Path, num_iterations: int, save_rollout: bool) -> None:
+    """One rank's whole run: its roles, its share of every iteration, the averaged steps."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    require_data_parallel_settings(config, world)
+    local = rank_config(config, world)
+    roles = [n for n in ROLES if n != "reference" or GRPODataflow.separate_reference(config)]
+    host = LocalHost(local, roles)
+    trainer = host.roles["actor"].trainer
+    broadcast_parameters(trainer.model)
+    torch.manual_seed(rank_seed(config.seed, rank))
+    averager = GradientAverager()
+    trainer.average_gradients = averager
+    flow = GRPODataflow(local, dict.fromkeys(roles, host), rank=rank, world_size=world)
+    flow.keep_rollouts = save_rollout
+    history = []
+    for _ in range(num_iterations):
+        averager.seconds = 0.0
+        row = flow.run_iteration()
+        row["seconds_policy"] -= averager.seconds
+        row["seconds_communication"] = averager.seconds
+        history.append(mean_over_ranks(row))
+    if save_rollout:
+        torch.save(flow.rollouts[0], out / f"rollout-rank{rank}.pt")
+    if rank == 0:
+        state = {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict()}
+        torch.save(state, out / "state.pt")
+        text = json.dumps({"world_size": world, "history": history}).encode()
+        write_atomically(out / "history.json", lambda file: file.write(text))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="a JSON file of GRPOConfig's fields")
+    parser.add_argument("--out", required=True, help="the folder for history.json and state.pt")
+    parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--save-rollout", action="store_true", help="each rank's first rollout")
+    args = parser.parse_args(argv)
+    config = GRPOConfig(**json.loads(Path(args.config).read_text()))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dist.init_process_group("gloo")
+    try:
+        iterations = config.num_iterations if args.iterations is None else args.iterations
+        run_rank(config, out, iterations, args.save_rollout)
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(
+    config: GRPOConfig,
+    out: str | os.PathLike,
+    nproc: int = 2,
+    num_iterations: int | None = None,
+    save_rollout: bool = False,
+    timeout: float = 600.0,
+) -> dict:
+    """Run ``config`` on ``nproc`` ranks with ``torchrun`` (gloo, loopback only, one thread per
+    rank) and return rank 0's history (``history.json``; its model and optimizer are in
+    ``state.pt``). A rank that fails stops the others (torchrun's agent), and this raises a
+    RuntimeError with torchrun's report."""
+    require(is_count(nproc), "nproc", "an integer >= 1", nproc)
+    require_data_parallel_settings(config, nproc)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+        "-m", "rlkit.systems.spmd", "--config", str(out / "config.json"), "--out", str(out),
+    ]  # fmt: skip
+    if num_iterations is not None:
+        command += ["--iterations", str(num_iterations)]
+    if save_rollout:
+        command.append("--save-rollout")
+    environment = os.environ | {
+        "MASTER_ADDR": "127.0.0.1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"torchrun on {nproc} ranks failed (exit code {done.returncode}):\n"
+            + done.stderr[-3000:]
+        )
+    return json.loads((out / "history.json").read_text())
+
+
+if __name__ == "__main__":
+    main()
