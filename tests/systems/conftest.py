@@ -1,0 +1,60 @@
+"""What the Ray and torchrun tests share: a tiny policy saved as a folder (each worker loads it),
+a run small enough for seconds, and the single-process reference every variant is compared to."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from rlkit.llm.grpo import GRPOConfig, GRPOTrainer
+from rlkit.llm.models import build_causal_lm, tiny_config
+from rlkit.llm.tokenizer import build_char_tokenizer
+
+# partial credit per position: an untrained policy's groups already differ in reward
+RUN = dict(num_iterations=3, prompts_per_iteration=4, group_size=4, num_digits=4, beta=0.04)
+
+
+@pytest.fixture(scope="package")
+def policy_folder(tmp_path_factory):
+    tokenizer = build_char_tokenizer()
+    folder = tmp_path_factory.mktemp("policy")
+    build_causal_lm(tiny_config(tokenizer), seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="package")
+def config(policy_folder):
+    return GRPOConfig(sft_folder=policy_folder, **RUN)
+
+
+def without_timings(rows):
+    return [{k: v for k, v in row.items() if not k.startswith("seconds_")} for row in rows]
+
+
+def single_process(config: GRPOConfig, iterations: int):
+    """Chapter 11's trainer in this process: its history (without timings) and final weights."""
+    trainer = GRPOTrainer(config)
+    for _ in range(iterations):
+        trainer.run_update()
+    return without_timings(trainer.history), trainer.model.state_dict()
+
+
+def assert_same_weights(state, expected, tolerance=1e-6):
+    assert state.keys() == expected.keys()
+    for name, value in expected.items():
+        torch.testing.assert_close(state[name], value, rtol=0, atol=tolerance, msg=name)
+
+
+def lora(config: GRPOConfig) -> GRPOConfig:
+    return dataclasses.replace(config, lora_rank=4, lora_alpha=8.0, learning_rate=1e-2)
+
+
+def assert_same_history(rows, expected):
+    """Row by row, every statistic to float tolerance (timings left out)."""
+    rows = without_timings(rows)
+    assert len(rows) == len(expected)
+    for row, expected_row in zip(rows, expected):
+        assert row == pytest.approx(expected_row, rel=1e-6, abs=1e-9)

@@ -1,0 +1,143 @@
+"""The single controller on Ray: the roles run in other processes and the run equals the single
+process iteration by iteration, split or colocated, with LoRA's reference in the actor; a worker
+without state is restarted and the run goes on unchanged, a dead actor or a call that does not
+answer stops the run with an error naming the role; Ray stays on loopback and leaves no process
+behind. (Marked ``alone``: Ray's processes need the cores to themselves, outside xdist.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from tests.systems.conftest import (
+    assert_same_history,
+    assert_same_weights,
+    lora,
+    single_process,
+)
+
+ray = pytest.importorskip("ray")
+
+from rlkit.systems.ray_controller import (  # noqa: E402
+    WorkerFailed,
+    placement_groups,
+    ray_dataflow,
+    start_ray,
+    stop_ray,
+)
+
+pytestmark = pytest.mark.alone
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    start_ray(num_cpus=3)
+    yield
+    stop_ray()
+
+
+@pytest.fixture
+def close_workers():
+    """Kills the test's Ray actors after it (Ray itself stays up for the module)."""
+    flows = []
+    yield flows.append
+    for flow in flows:
+        for host in set(flow.hosts.values()):
+            host.kill()
+
+
+def worker_pids(flow) -> dict[str, int]:
+    return {role: host.pid() for role, host in flow.hosts.items()}
+
+
+@pytest.mark.parametrize(
+    "placement, with_lora",
+    [("split", False), ("colocated", True)],
+    ids=["split", "colocated-lora"],
+)
+def test_the_single_controller_equals_the_single_process(
+    config, placement, with_lora, ray_session, close_workers
+):
+    config = lora(config) if with_lora else config
+    expected_history, expected_weights = single_process(config, config.num_iterations)
+    flow = ray_dataflow(config, placement)
+    close_workers(flow)
+    pids = worker_pids(flow)
+    assert os.getpid() not in pids.values()
+    assert len(set(pids.values())) == (3 if placement == "split" else 1)
+    assert set(pids) == ({"actor", "reward"} if with_lora else {"actor", "reference", "reward"})
+    history = flow.run()
+    assert_same_history(history, expected_history)
+    assert any(row["zero_variance_groups_trained"] < 1 for row in history)  # a real step
+    assert all(row["seconds_dispatch"] > 0 for row in history)
+    weights = flow.hosts["actor"].call("actor", "state_dict")[0]["model"]
+    assert_same_weights(weights, expected_weights)
+
+
+def test_a_killed_reward_worker_is_restarted_and_the_run_goes_on_unchanged(
+    config, ray_session, close_workers
+):
+    expected_history, _ = single_process(config, config.num_iterations)
+    flow = ray_dataflow(config, "split")
+    close_workers(flow)
+    flow.run_iteration()
+    reward_pid = flow.hosts["reward"].pid()
+    os.kill(reward_pid, signal.SIGKILL)
+    flow.run(config.num_iterations - 1)
+    assert flow.hosts["reward"].pid() != reward_pid
+    assert_same_history(flow.history, expected_history)
+
+
+def test_a_killed_actor_stops_the_run_with_an_error_naming_it(config, ray_session, close_workers):
+    flow = ray_dataflow(config, "split")
+    close_workers(flow)
+    flow.run_iteration()
+    os.kill(flow.hosts["actor"].pid(), signal.SIGKILL)
+    with pytest.raises(WorkerFailed, match=r"the worker of \['actor'\] died during actor"):
+        flow.run_iteration()
+
+
+def test_a_call_that_does_not_answer_in_time_stops_the_run(config, ray_session, close_workers):
+    flow = ray_dataflow(config, "colocated", call_timeout=0.01)  # the actor is still loading
+    close_workers(flow)
+    with pytest.raises(WorkerFailed, match=r"did not answer actor.generate within 0.01 s"):
+        flow.run_iteration()
+
+
+@pytest.mark.parametrize(
+    "placement, message",
+    [
+        ("everywhere", "one of"),
+        ([["actor"], ["reward"]], "exactly once"),
+        ([["actor", "reward"], ["reward", "reference"]], "exactly once"),
+    ],
+)
+def test_a_bad_placement_names_the_field(placement, message):
+    with pytest.raises(ValueError, match=f"placement.*{message}"):
+        placement_groups(placement, ["actor", "reference", "reward"])
+
+
+def test_the_distributed_dataflow_refuses_dynamic_sampling(config):
+    import dataclasses
+
+    with pytest.raises(ValueError, match="dynamic_sampling_rounds"):
+        ray_dataflow(dataclasses.replace(config, dynamic_sampling_rounds=2))
+
+
+def test_ray_listens_on_loopback_only_and_leaves_no_process_behind(ray_session):
+    children = psutil.Process().children(recursive=True)
+    assert {"raylet", "gcs_server"} <= {child.name() for child in children}
+    addresses = set()
+    for child in children:
+        try:
+            connections = child.net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        addresses |= {c.laddr.ip for c in connections if c.status == psutil.CONN_LISTEN}
+    assert addresses and addresses <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+    stop_ray()
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
