@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -182,6 +183,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def failure_report(stderr: str, nproc: int) -> str:
+    """torchrun's report of a failed run, led by the rank that failed first and how."""
+    root = stderr[stderr.find("Root Cause") :] if "Root Cause" in stderr else ""
+    rank = re.search(r"rank\s*:\s*(\d+)", root)
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", root)
+    first = "a rank failed"
+    if rank and code:
+        how = int(code.group(1))
+        cause = f"killed by signal {-how}" if how < 0 else f"exit code {how}"
+        first = f"rank {rank.group(1)} failed first ({cause})"
+    return f"torchrun on {nproc} ranks: {first}; the others were stopped.\n{stderr[-3000:]}"
+
+
 def launch(
     config: GRPOConfig,
     out: str | os.PathLike,
@@ -215,10 +229,7 @@ def launch(
     }
     done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError(
-            f"torchrun on {nproc} ranks failed (exit code {done.returncode}):\n"
-            + done.stderr[-3000:]
-        )
+        raise RuntimeError(failure_report(done.stderr, nproc))
     return json.loads((out / "history.json").read_text())
 
 

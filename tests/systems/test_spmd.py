@@ -1,0 +1,113 @@
+"""Multiple controllers under torchrun (gloo): one rank is the single process; two ranks take the
+single process's step on the same completions (the gradients averaged over the ranks); a rank
+killed mid-run stops the run with torchrun's report; settings whose step would differ across
+ranks are refused by name. (Marked ``alone``: torchrun's ranks need the cores to themselves.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlkit.llm.generation import concatenate_responses
+from rlkit.llm.grpo import GRPOTrainer, Rollout
+from rlkit.systems.spmd import launch, require_data_parallel_settings
+from tests.systems.conftest import assert_same_history, assert_same_weights, single_process
+
+pytestmark = pytest.mark.alone
+
+
+def test_one_rank_is_the_single_process(config, tmp_path):
+    expected_history, expected_weights = single_process(config, 2)
+    result = launch(config, tmp_path, nproc=1, num_iterations=2)
+    assert result["world_size"] == 1
+    assert_same_history(result["history"], expected_history)
+    assert_same_weights(torch.load(tmp_path / "state.pt")["model"], expected_weights)
+
+
+def stacked(rollouts: list[Rollout], pad_id: int) -> Rollout:
+    """The ranks' rollouts as the one batch the single process would have trained on."""
+    batch = concatenate_responses([rollout.batch for rollout in rollouts], pad_id)
+    width = batch.response_ids.shape[1]
+
+    def rows(field):
+        return torch.cat(
+            [F.pad(getattr(r, field), (0, width - getattr(r, field).shape[1])) for r in rollouts]
+        )
+
+    advantages = torch.cat([rollout.advantages for rollout in rollouts])
+    return Rollout(batch, advantages, rows("loss_mask"), rows("ref_logprobs"))
+
+
+def test_two_ranks_take_the_single_process_step_on_the_same_completions(config, tmp_path):
+    result = launch(config, tmp_path, nproc=2, num_iterations=1, save_rollout=True)
+    assert result["world_size"] == 2
+    rollouts = [
+        torch.load(tmp_path / f"rollout-rank{rank}.pt", weights_only=False) for rank in (0, 1)
+    ]
+    # each rank sampled its own share of the prompts, from its own stream
+    assert rollouts[0].batch.prompts.input_ids.shape[0] == config.batch_size // 2
+    assert not torch.equal(rollouts[0].batch.prompts.input_ids, rollouts[1].batch.prompts.input_ids)
+    assert (torch.cat([r.advantages for r in rollouts]) != 0).any()  # a real step
+    trainer = GRPOTrainer(config)
+    stats = trainer._policy_epochs(stacked(rollouts, trainer.tokenizer.pad_token_id))
+    state = torch.load(tmp_path / "state.pt")
+    assert_same_weights(state["model"], trainer.model.state_dict())
+    # Adam's first moment is (1 - beta1) times the gradient: the ranks' mean gradient is the
+    # single process's (the weights alone would hide it: Adam's first step is about lr * sign)
+    optimizer = trainer.optimizer.state_dict()["state"]
+    for index, moments in state["optimizer"]["state"].items():
+        torch.testing.assert_close(
+            moments["exp_avg"], optimizer[index]["exp_avg"], atol=1e-7, rtol=1e-5
+        )
+    assert result["history"][0]["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-5)
+
+
+def test_a_killed_rank_stops_the_run_with_torchrun_s_report(config, tmp_path):
+    outcome = {}
+
+    def run():
+        try:
+            endless = dataclasses.replace(config, num_iterations=100_000)
+            launch(endless, tmp_path, nproc=2, timeout=300)
+        except RuntimeError as error:
+            outcome["error"] = str(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    second_rank = None
+    while second_rank is None and thread.is_alive():
+        time.sleep(0.5)
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.environ().get("LOCAL_RANK") == "1":
+                    second_rank = child
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    time.sleep(5)  # past the start, inside the iterations
+    second_rank.kill()
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    assert outcome["error"].startswith(
+        "torchrun on 2 ranks: rank 1 failed first (killed by signal 9)"
+    )
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(loss_type="bnpo"), "loss_type"),
+        (dict(loss_type="dapo"), "loss_type"),
+        (dict(scale="batch"), "scale"),
+        (dict(prompts_per_iteration=3), "prompts_per_iteration"),
+        (dict(minibatch_size=3, prompts_per_iteration=2, group_size=3), "minibatch_size"),
+    ],
+)
+def test_settings_whose_step_differs_across_ranks_are_refused(config, change, field):
+    with pytest.raises(ValueError, match=field):
+        require_data_parallel_settings(dataclasses.replace(config, **change), world_size=2)
