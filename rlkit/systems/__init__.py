@@ -5,16 +5,27 @@ or in one process (``roles.LocalHost``), the reference the other two are tested 
 Needs the ``distributed`` extra (``pip install -e ".[distributed]"``) for Ray.
 """
 
-from rlkit.systems.dataflow import PHASES, GRPODataflow
-from rlkit.systems.roles import ROLES, ActorRole, Generated, LocalHost, ReferenceRole, RewardRole
+from rlkit.systems.dataflow import PHASES, AsyncGRPODataflow, GRPODataflow, roles_needed
+from rlkit.systems.roles import (
+    ROLES,
+    ActorRole,
+    Generated,
+    LocalHost,
+    ReferenceRole,
+    RewardRole,
+    RolloutRole,
+)
 
 __all__ = [
     "PHASES",
     "ROLES",
     "ActorRole",
+    "AsyncGRPODataflow",
     "GRPODataflow",
     "Generated",
     "LocalHost",
     "ReferenceRole",
     "RewardRole",
+    "RolloutRole",
+    "roles_needed",
 ]

@@ -12,21 +12,41 @@ the rest of the call's wall time (serialising, sending, waiting to be scheduled)
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import time
 from typing import Protocol
 
 from rlkit.llm.grpo import GRPOConfig, Sampled, rollout_from, sampling_stats
 from rlkit.llm.models import load_tokenizer
 from rlkit.llm.tasks import TaskData, make_task
-from rlkit.training import require
+from rlkit.training import is_count, require
 
-__all__ = ["PHASES", "GRPODataflow", "Host"]
+__all__ = ["PHASES", "AsyncGRPODataflow", "GRPODataflow", "Host", "roles_needed"]
 
-PHASES = ("generate", "score", "reference", "advantages", "policy", "dispatch")
+# "generate_wait": how long the driver waited for an overlapped generation (asynchronous rollouts);
+# "weights": sending the actor's weights to a generator apart from it
+PHASES = (
+    "generate",
+    "generate_wait",
+    "score",
+    "reference",
+    "advantages",
+    "policy",
+    "weights",
+    "dispatch",
+)
 
 
 class Host(Protocol):
+    """Where roles run: ``call`` waits for a method's result and the seconds it computed;
+    ``submit`` starts one and ``wait`` collects it (a driver that overlaps calls)."""
+
     def call(self, role: str, method: str, *args) -> tuple[object, float]: ...
+
+    def submit(self, role: str, method: str, *args) -> object: ...
+
+    def wait(self, submitted: object) -> tuple[object, float]: ...
 
 
 def require_dataflow_settings(config: GRPOConfig) -> None:
@@ -46,6 +66,17 @@ def require_dataflow_settings(config: GRPOConfig) -> None:
     )
 
 
+def roles_needed(config: GRPOConfig, asynchronous: bool = False) -> list[str]:
+    """The roles a run of ``config`` has: the actor and the reward, a reference of its own with a
+    KL term and no LoRA, and a rollout worker apart from the actor when it is asynchronous."""
+    roles = ["actor", "reward"]
+    if GRPODataflow.separate_reference(config):
+        roles.append("reference")
+    if asynchronous:
+        roles.append("rollout")
+    return roles
+
+
 class GRPODataflow:
     """Chapter 11's GRPO iteration, driven from one process: the single controller."""
 
@@ -55,7 +86,7 @@ class GRPODataflow:
         """``rank`` of ``world_size`` (the SPMD ranks of ``rlkit.systems.spmd``): every rank
         draws the ``world_size`` ranks' prompts from the run's one stream and keeps its share."""
         require_dataflow_settings(config)
-        needed = {"actor", "reward"} | ({"reference"} if self.separate_reference(config) else set())
+        needed = set(roles_needed(config, asynchronous=isinstance(self, AsyncGRPODataflow)))
         require(
             needed <= set(hosts),
             "hosts",
@@ -86,11 +117,7 @@ class GRPODataflow:
     def run_iteration(self) -> dict[str, float]:
         """One iteration; its history row (the single-process trainer's, and the dispatch time)."""
         config, seconds = self.config, dict.fromkeys(PHASES, 0.0)
-        share = config.prompts_per_iteration
-        drawn = self.data.train_batch(share * self.world_size)
-        prompts = [e.prompt for e in drawn[self.rank * share : (self.rank + 1) * share]]
-        repeated = [prompt for prompt in prompts for _ in range(config.group_size)]
-        generated = self._call(seconds, "generate", "actor", "generate", repeated)
+        repeated, generated = self._next_generation(seconds)
         rewards = self._call(seconds, "score", "reward", "rewards", repeated, generated)
         ref_logprobs = None
         if config.beta > 0:
@@ -112,6 +139,7 @@ class GRPODataflow:
         if self.keep_rollouts:
             self.rollouts.append(rollout)
         stats |= self._call(seconds, "policy", "actor", "update", rollout)
+        self._after_update(seconds)
         row = {
             "iteration": len(self.history) + 1,
             **stats,
@@ -119,6 +147,21 @@ class GRPODataflow:
         }
         self.history.append(row)
         return row
+
+    def _draw_prompts(self) -> list[str]:
+        """This rank's share of the next global batch of prompts, each ``group_size`` times."""
+        config, share = self.config, self.config.prompts_per_iteration
+        drawn = self.data.train_batch(share * self.world_size)
+        prompts = [e.prompt for e in drawn[self.rank * share : (self.rank + 1) * share]]
+        return [prompt for prompt in prompts for _ in range(config.group_size)]
+
+    def _next_generation(self, seconds: dict[str, float]):
+        """The next prompts and the actor's completions of them."""
+        repeated = self._draw_prompts()
+        return repeated, self._call(seconds, "generate", "actor", "generate", repeated)
+
+    def _after_update(self, seconds: dict[str, float]) -> None:
+        """Nothing: the actor that steps is the one that samples."""
 
     def run(self, num_iterations: int | None = None) -> list[dict[str, float]]:
         """``num_iterations`` iterations (None: the config's); the history."""
@@ -129,3 +172,70 @@ class GRPODataflow:
     def evaluate(self, num_prompts: int | None = None, seed: int = 0) -> dict:
         """The actor's held-out scores (``GRPOTrainer.evaluate``, computed where the actor is)."""
         return self.hosts["actor"].call("actor", "evaluate", num_prompts, seed)[0]
+
+
+class AsyncGRPODataflow(GRPODataflow):
+    """Asynchronous rollouts: a ``rollout`` worker generates the next batches while the actor
+    trains on this one, ``staleness`` batches ahead at most.
+
+    At the start of iteration ``k`` the driver asks for every generation up to batch ``k +
+    staleness``; each is generated with the newest weights the rollout worker has, those after
+    update ``k - 1``, so batch ``j`` comes from the policy of ``staleness`` updates before the
+    one that trains on it (from the start's in the first iterations): the same lag as the
+    single-process trainer's ``sampler_lag``, which it equals. With ``staleness=0`` it is the
+    synchronous run. The actor's weights go to the rollout worker after every update; with
+    more than one step per batch the actor recomputes the ratio's old log-probabilities itself.
+    """
+
+    def __init__(self, config: GRPOConfig, hosts: dict[str, Host], staleness: int = 1):
+        require(is_count(staleness, minimum=0), "staleness", "an integer >= 0", staleness)
+        require(
+            config.sampler_lag == 0 and config.sampler_dtype == "float32",
+            "sampler_lag",
+            "0 (and sampler_dtype 'float32') with asynchronous rollouts: their lag is the "
+            "staleness",
+            config.sampler_lag,
+        )
+        super().__init__(config, hosts)
+        self.staleness = staleness
+        self.in_flight: collections.deque = collections.deque()  # (prompts, submitted call)
+        self.generations_asked = 0
+
+    def _next_generation(self, seconds: dict[str, float]):
+        rollout = self.hosts["rollout"]
+        ahead = min(len(self.history) + 1 + self.staleness, self.config.num_iterations)
+        while self.generations_asked < ahead:
+            repeated = self._draw_prompts()
+            self.in_flight.append((repeated, rollout.submit("rollout", "generate", repeated)))
+            self.generations_asked += 1
+        require(
+            len(self.in_flight) > 0,
+            "num_iterations",
+            f"more iterations than the run's {self.config.num_iterations}",
+            len(self.history) + 1,
+        )
+        repeated, submitted = self.in_flight.popleft()
+        start = time.perf_counter()
+        generated, computed = rollout.wait(submitted)
+        seconds["generate"] += computed
+        seconds["generate_wait"] += time.perf_counter() - start
+        if not self.config.one_step_per_batch:
+            batch = self._call(seconds, "policy", "actor", "old_logprobs", generated.batch)
+            generated = dataclasses.replace(generated, batch=batch)
+        # how many of the actor's updates the generator's weights were behind: at most staleness
+        self.last_staleness = len(self.history) - generated.weights_version
+        return repeated, generated
+
+    def run_iteration(self) -> dict[str, float]:
+        """One iteration; its row adds ``staleness``, the updates the batch's weights lacked."""
+        row = super().run_iteration()
+        row["staleness"] = float(self.last_staleness)
+        return row
+
+    def _after_update(self, seconds: dict[str, float]) -> None:
+        """The actor's new weights to the rollout worker, behind the generations already asked."""
+        weights = self._call(seconds, "weights", "actor", "weights")
+        start = time.perf_counter()
+        version = len(self.history) + 1
+        self.hosts["rollout"].submit("rollout", "set_weights", weights, version)
+        seconds["weights"] += time.perf_counter() - start

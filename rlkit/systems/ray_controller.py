@@ -19,8 +19,13 @@ import os
 from collections.abc import Sequence
 
 from rlkit.llm.grpo import GRPOConfig
-from rlkit.systems.dataflow import GRPODataflow, require_dataflow_settings
-from rlkit.systems.roles import ROLES, LocalHost
+from rlkit.systems.dataflow import (
+    AsyncGRPODataflow,
+    GRPODataflow,
+    require_dataflow_settings,
+    roles_needed,
+)
+from rlkit.systems.roles import LocalHost
 from rlkit.training import require
 
 __all__ = [
@@ -48,6 +53,9 @@ def start_ray(num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # no metrics agent either (it comes with the dashboard): without it, the workers would log
+    # that they cannot reach it
+    os.environ["RAY_enable_metrics_collection"] = "0"
     # Ray overrides CUDA_VISIBLE_DEVICES for actors without GPUs; keep its future behaviour (and
     # no warning about the change)
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
@@ -90,6 +98,22 @@ def placement_groups(placement: str | Sequence[Sequence[str]], roles: list[str])
     return [group for group in groups if group]
 
 
+def require_cpus_for(num_workers: int) -> None:
+    """Each worker takes one of Ray's (logical) CPUs: a worker that can never have one would wait
+    for it until the call timeout, so a Ray with too few is an error now. (Workers of another
+    run still alive hold theirs: this run's wait for them for at most the call timeout.)"""
+    import ray
+
+    total = int(ray.cluster_resources().get("CPU", 0))
+    require(
+        total >= num_workers,
+        "placement",
+        f"at most as many worker processes as Ray has CPUs ({total}; start Ray with "
+        f"num_cpus >= {num_workers}, or colocate roles)",
+        num_workers,
+    )
+
+
 class RayHost:
     """The driver's handle on one Ray actor that hosts ``roles`` (a ``LocalHost`` in another
     process)."""
@@ -106,17 +130,27 @@ class RayHost:
         self.handle = remote_host.remote(config, roles)
 
     def call(self, role: str, method: str, *args):
+        return self.wait(self.submit(role, method, *args))
+
+    def submit(self, role: str, method: str, *args):
+        """Start ``role.method(*args)`` in the worker and return at once (Ray runs one worker's
+        calls in the order they were submitted)."""
+        return (role, method, self.handle.call.remote(role, method, *args))
+
+    def wait(self, submitted):
+        """The result of a submitted call and the seconds it computed."""
         import ray
 
+        role, method, reference = submitted
         try:
-            return ray.get(self.handle.call.remote(role, method, *args), timeout=self.call_timeout)
+            return ray.get(reference, timeout=self.call_timeout)
         except ray.exceptions.GetTimeoutError as error:
             raise WorkerFailed(
                 f"the worker of {self.roles} did not answer {role}.{method} within "
                 f"{self.call_timeout} s"
             ) from error
         except ray.exceptions.RayActorError as error:
-            keeps = "" if set(self.roles) <= set(STATELESS_ROLES) else " (it holds the policy)"
+            keeps = "" if set(self.roles) <= set(STATELESS_ROLES) else " (it holds state)"
             raise WorkerFailed(
                 f"the worker of {self.roles} died during {role}.{method}{keeps}: "
                 f"{type(error).__name__}"
@@ -137,17 +171,21 @@ def ray_dataflow(
     config: GRPOConfig,
     placement: str | Sequence[Sequence[str]] = "split",
     call_timeout: float = 600.0,
+    staleness: int | None = None,
 ) -> GRPODataflow:
     """Chapter 11's GRPO run by a single controller over Ray actors placed as ``placement``
-    (starts Ray when it is not running; ``stop_ray`` ends it)."""
+    (starts Ray when it is not running; ``stop_ray`` ends it). With ``staleness`` (an integer),
+    a rollout worker generates up to that many batches ahead of the actor's training
+    (``AsyncGRPODataflow``); None: the actor samples itself, synchronously."""
     require_dataflow_settings(config)
-    roles = [
-        name for name in ROLES if name != "reference" or GRPODataflow.separate_reference(config)
-    ]
+    roles = roles_needed(config, asynchronous=staleness is not None)
     groups = placement_groups(placement, roles)
     start_ray(num_cpus=max(2, len(groups)))
+    require_cpus_for(len(groups))
     hosts = {}
     for group in groups:
         host = RayHost(config, group, call_timeout)
         hosts |= dict.fromkeys(group, host)
-    return GRPODataflow(config, hosts)
+    if staleness is None:
+        return GRPODataflow(config, hosts)
+    return AsyncGRPODataflow(config, hosts, staleness)

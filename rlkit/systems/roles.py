@@ -12,20 +12,29 @@ object from the same settings, and the same random streams make it compute the s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
 
 import torch
 
-from rlkit.llm.generation import ResponseBatch, response_logprobs
+from rlkit.llm.generation import ResponseBatch, generate, response_logprobs
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer, Rollout, task_rewards
 from rlkit.llm.models import load_causal_lm
 from rlkit.llm.tasks import make_task
 from rlkit.llm.trainer import frozen
 from rlkit.training import require
 
-__all__ = ["ROLES", "ActorRole", "Generated", "LocalHost", "ReferenceRole", "RewardRole"]
+__all__ = [
+    "ROLES",
+    "ActorRole",
+    "Generated",
+    "LocalHost",
+    "ReferenceRole",
+    "RewardRole",
+    "RolloutRole",
+]
 
 
 @dataclass
@@ -35,6 +44,7 @@ class Generated:
     batch: ResponseBatch
     texts: list[str]
     sampler_logprobs: torch.Tensor | None  # [B, T]: a separate sampler's, where one is kept
+    weights_version: int | None = None  # a separate generator's: the actor updates its weights had
 
 
 class ActorRole:
@@ -66,11 +76,58 @@ class ActorRole:
         with torch.no_grad(), self.trainer.autocast():
             return self.trainer.reference_logprobs(batch)
 
+    def old_logprobs(self, batch: ResponseBatch) -> ResponseBatch:
+        """The batch with the trainer's log-probabilities as the ratio's old ones (a generator that
+        is not the trainer sampled it, and the loss takes more than one step on it)."""
+        with torch.no_grad(), self.trainer.autocast():
+            logprobs = response_logprobs(
+                self.trainer.model,
+                batch.prompts,
+                batch.response_ids,
+                batch.response_mask,
+                batch.temperature,
+            )
+        return dataclasses.replace(batch, logprobs=logprobs)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The policy's weights, for a generator in another process."""
+        return self.trainer.model.state_dict()
+
     def evaluate(self, num_prompts: int | None = None, seed: int = 0) -> dict:
         return self.trainer.evaluate(num_prompts, seed)
 
     def state_dict(self) -> dict:
         return self.trainer.state_dict()
+
+
+class RolloutRole:
+    """A generator apart from the trainer (asynchronous training): a copy of the policy whose
+    weights the driver sets after the actor's steps. It is built as the actor is, so that it
+    samples from the random stream the actor would have sampled from."""
+
+    def __init__(self, config: GRPOConfig):
+        self.trainer = GRPOTrainer(config, keep_reference=False)
+        self.trainer.optimizer = None  # it never steps
+        self.version = 0  # how many of the actor's updates its weights include
+
+    def set_weights(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        self.trainer.model.load_state_dict(weights)
+        self.version = version
+
+    def generate(self, prompts: list[str]) -> Generated:
+        """One completion per prompt with this copy's weights, and their log-probabilities under
+        it (the sampler's)."""
+        trainer, config = self.trainer, self.trainer.config
+        with torch.no_grad(), trainer.autocast():
+            batch = generate(
+                trainer.model,
+                trainer.tokenizer,
+                prompts,
+                config.max_new_tokens,
+                config.temperature,
+                decoder=config.decoder,
+            )
+        return Generated(batch, batch.texts(trainer.tokenizer), batch.logprobs, self.version)
 
 
 class ReferenceRole:
@@ -109,7 +166,12 @@ class RewardRole:
         return task_rewards(self.task, self.config, prompts, generated.texts, generated.batch)
 
 
-ROLES = {"actor": ActorRole, "reference": ReferenceRole, "reward": RewardRole}
+ROLES = {
+    "actor": ActorRole,
+    "rollout": RolloutRole,
+    "reference": ReferenceRole,
+    "reward": RewardRole,
+}
 
 
 class LocalHost:
@@ -120,15 +182,22 @@ class LocalHost:
     def __init__(self, config: GRPOConfig, role_names: list[str]):
         for name in role_names:
             require(name in ROLES, "role", f"one of {tuple(ROLES)}", name)
-        # the actor last: its trainer seeds the random streams it samples with, and loading
-        # another role's model may draw from them
-        order = sorted(role_names, key=lambda name: name == "actor")
+        # the actor and the rollout last: their trainers seed the random streams they sample with,
+        # and loading another role's model may draw from them
+        order = sorted(role_names, key=lambda name: name in ("actor", "rollout"))
         self.roles = {name: ROLES[name](config) for name in order}
 
     def call(self, role: str, method: str, *args):
         start = time.perf_counter()
         result = getattr(self.roles[role], method)(*args)
         return result, time.perf_counter() - start
+
+    def submit(self, role: str, method: str, *args):
+        """``call`` for a driver that overlaps calls: in one process, it runs at once."""
+        return self.call(role, method, *args)
+
+    def wait(self, submitted):
+        return submitted
 
     def pid(self) -> int:
         return os.getpid()

@@ -35,8 +35,8 @@ import torch.distributed as dist
 
 from rlkit.checkpoint import write_atomically
 from rlkit.llm.grpo import GRPOConfig
-from rlkit.systems.dataflow import GRPODataflow, require_dataflow_settings
-from rlkit.systems.roles import ROLES, LocalHost
+from rlkit.systems.dataflow import GRPODataflow, require_dataflow_settings, roles_needed
+from rlkit.systems.roles import LocalHost
 from rlkit.training import is_count, require
 
 __all__ = ["GradientAverager", "launch", "rank_config", "require_data_parallel_settings"]
@@ -134,7 +134,7 @@ def run_rank(config: GRPOConfig, out: Path, num_iterations: int, save_rollout: b
     rank, world = dist.get_rank(), dist.get_world_size()
     require_data_parallel_settings(config, world)
     local = rank_config(config, world)
-    roles = [n for n in ROLES if n != "reference" or GRPODataflow.separate_reference(config)]
+    roles = roles_needed(config)
     host = LocalHost(local, roles)
     trainer = host.roles["actor"].trainer
     broadcast_parameters(trainer.model)

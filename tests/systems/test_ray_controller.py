@@ -6,6 +6,7 @@ behind. (Marked ``alone``: Ray's processes need the cores to themselves, outside
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
@@ -25,6 +26,7 @@ from rlkit.systems.ray_controller import (  # noqa: E402
     WorkerFailed,
     placement_groups,
     ray_dataflow,
+    require_cpus_for,
     start_ray,
     stop_ray,
 )
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.alone
 
 @pytest.fixture(scope="module")
 def ray_session():
-    start_ray(num_cpus=3)
+    start_ray(num_cpus=4)
     yield
     stop_ray()
 
@@ -75,6 +77,20 @@ def test_the_single_controller_equals_the_single_process(
     assert all(row["seconds_dispatch"] > 0 for row in history)
     weights = flow.hosts["actor"].call("actor", "state_dict")[0]["model"]
     assert_same_weights(weights, expected_weights)
+
+
+def test_asynchronous_rollouts_on_ray_equal_a_sampler_that_lags_by_the_staleness(
+    config, ray_session, close_workers
+):
+    config = dataclasses.replace(config, num_iterations=4)
+    expected, _ = single_process(dataclasses.replace(config, sampler_lag=1), 4)
+    flow = ray_dataflow(config, "split", staleness=1)
+    close_workers(flow)
+    pids = worker_pids(flow)
+    assert pids["rollout"] != pids["actor"]  # generation and training in two processes
+    history = flow.run()
+    assert [row.pop("staleness") for row in history] == [0, 1, 1, 1]
+    assert_same_history(history, expected)
 
 
 def test_a_killed_reward_worker_is_restarted_and_the_run_goes_on_unchanged(
@@ -120,9 +136,12 @@ def test_a_bad_placement_names_the_field(placement, message):
         placement_groups(placement, ["actor", "reference", "reward"])
 
 
-def test_the_distributed_dataflow_refuses_dynamic_sampling(config):
-    import dataclasses
+def test_more_workers_than_ray_has_cpus_is_an_error_not_a_wait(config, ray_session):
+    with pytest.raises(ValueError, match=r"placement.*has CPUs \(4; start Ray with num_cpus >= 5"):
+        require_cpus_for(5)
 
+
+def test_the_distributed_dataflow_refuses_dynamic_sampling(config):
     with pytest.raises(ValueError, match="dynamic_sampling_rounds"):
         ray_dataflow(dataclasses.replace(config, dynamic_sampling_rounds=2))
 
