@@ -117,6 +117,7 @@ class GRPODataflow:
     def run_iteration(self) -> dict[str, float]:
         """One iteration; its history row (the single-process trainer's, and the dispatch time)."""
         config, seconds = self.config, dict.fromkeys(PHASES, 0.0)
+        iteration_start = time.perf_counter()
         repeated, generated = self._next_generation(seconds)
         rewards = self._call(seconds, "score", "reward", "rewards", repeated, generated)
         ref_logprobs = None
@@ -144,6 +145,7 @@ class GRPODataflow:
             "iteration": len(self.history) + 1,
             **stats,
             **{f"seconds_{phase}": value for phase, value in seconds.items()},
+            "seconds_iteration": time.perf_counter() - iteration_start,  # wall clock
         }
         self.history.append(row)
         return row
@@ -185,9 +187,19 @@ class AsyncGRPODataflow(GRPODataflow):
     single-process trainer's ``sampler_lag``, which it equals. With ``staleness=0`` it is the
     synchronous run. The actor's weights go to the rollout worker after every update; with
     more than one step per batch the actor recomputes the ratio's old log-probabilities itself.
+
+    ``measure_mismatch``: the rollout worker also returns the sampler's log-probabilities (one
+    more forward pass), which the history's ``sampler_kl`` and a ``sampler_correction`` read;
+    off (False) only without a correction.
     """
 
-    def __init__(self, config: GRPOConfig, hosts: dict[str, Host], staleness: int = 1):
+    def __init__(
+        self,
+        config: GRPOConfig,
+        hosts: dict[str, Host],
+        staleness: int = 1,
+        measure_mismatch: bool = True,
+    ):
         require(is_count(staleness, minimum=0), "staleness", "an integer >= 0", staleness)
         require(
             config.sampler_lag == 0 and config.sampler_dtype == "float32",
@@ -196,8 +208,15 @@ class AsyncGRPODataflow(GRPODataflow):
             "staleness",
             config.sampler_lag,
         )
+        require(
+            measure_mismatch or config.sampler_correction is None,
+            "measure_mismatch",
+            f"True when sampler_correction is set ({config.sampler_correction!r} reads the "
+            "sampler's log-probabilities)",
+            measure_mismatch,
+        )
         super().__init__(config, hosts)
-        self.staleness = staleness
+        self.staleness, self.measure_mismatch = staleness, measure_mismatch
         self.in_flight: collections.deque = collections.deque()  # (prompts, submitted call)
         self.generations_asked = 0
 
@@ -206,7 +225,8 @@ class AsyncGRPODataflow(GRPODataflow):
         ahead = min(len(self.history) + 1 + self.staleness, self.config.num_iterations)
         while self.generations_asked < ahead:
             repeated = self._draw_prompts()
-            self.in_flight.append((repeated, rollout.submit("rollout", "generate", repeated)))
+            submitted = rollout.submit("rollout", "generate", repeated, self.measure_mismatch)
+            self.in_flight.append((repeated, submitted))
             self.generations_asked += 1
         require(
             len(self.in_flight) > 0,

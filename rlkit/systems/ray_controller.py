@@ -172,11 +172,13 @@ def ray_dataflow(
     placement: str | Sequence[Sequence[str]] = "split",
     call_timeout: float = 600.0,
     staleness: int | None = None,
+    measure_mismatch: bool = True,
 ) -> GRPODataflow:
     """Chapter 11's GRPO run by a single controller over Ray actors placed as ``placement``
     (starts Ray when it is not running; ``stop_ray`` ends it). With ``staleness`` (an integer),
     a rollout worker generates up to that many batches ahead of the actor's training
-    (``AsyncGRPODataflow``); None: the actor samples itself, synchronously."""
+    (``AsyncGRPODataflow``, with its ``measure_mismatch``); None: the actor samples itself,
+    synchronously."""
     require_dataflow_settings(config)
     roles = roles_needed(config, asynchronous=staleness is not None)
     groups = placement_groups(placement, roles)
@@ -188,4 +190,4 @@ def ray_dataflow(
         hosts |= dict.fromkeys(group, host)
     if staleness is None:
         return GRPODataflow(config, hosts)
-    return AsyncGRPODataflow(config, hosts, staleness)
+    return AsyncGRPODataflow(config, hosts, staleness, measure_mismatch)

@@ -114,9 +114,9 @@ class RolloutRole:
         self.trainer.model.load_state_dict(weights)
         self.version = version
 
-    def generate(self, prompts: list[str]) -> Generated:
-        """One completion per prompt with this copy's weights, and their log-probabilities under
-        it (the sampler's)."""
+    def generate(self, prompts: list[str], with_logprobs: bool = True) -> Generated:
+        """One completion per prompt with this copy's weights, and (``with_logprobs``) their
+        log-probabilities under it, the sampler's: one more forward pass."""
         trainer, config = self.trainer, self.trainer.config
         with torch.no_grad(), trainer.autocast():
             batch = generate(
@@ -126,8 +126,10 @@ class RolloutRole:
                 config.max_new_tokens,
                 config.temperature,
                 decoder=config.decoder,
+                with_logprobs=with_logprobs,
             )
-        return Generated(batch, batch.texts(trainer.tokenizer), batch.logprobs, self.version)
+        sampler_logprobs = batch.logprobs if with_logprobs else None
+        return Generated(batch, batch.texts(trainer.tokenizer), sampler_logprobs, self.version)
 
 
 class ReferenceRole:

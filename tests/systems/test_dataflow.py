@@ -71,6 +71,21 @@ def test_with_several_epochs_the_actor_gives_the_old_log_probs(config):
     assert_same_history(history, expected)
 
 
+def test_without_the_mismatch_measure_the_run_is_the_same_and_skips_the_sampler_pass(config):
+    expected, _ = single_process(dataclasses.replace(config, sampler_lag=1), 3)
+    roles = roles_needed(config, asynchronous=True)
+    hosts = dict.fromkeys(roles, LocalHost(config, roles))
+    history = AsyncGRPODataflow(config, hosts, 1, measure_mismatch=False).run()
+    assert "sampler_kl" not in history[0]
+    for row in (*history, *expected):
+        for name in ("staleness", "sampler_kl", "sampler_ratio_over_cap"):
+            row.pop(name, None)
+    assert_same_history(history, expected)
+    with pytest.raises(ValueError, match="measure_mismatch"):
+        correcting = dataclasses.replace(config, sampler_correction="token_truncate")
+        AsyncGRPODataflow(correcting, hosts, 1, measure_mismatch=False)
+
+
 def test_a_run_cannot_go_past_its_iterations(config):
     flow = local_flow(dataclasses.replace(config, num_iterations=1), staleness=1)
     flow.run()

@@ -1,0 +1,186 @@
+"""Chapter 13's measurements: one GRPO iteration's time by phase in the single process, on Ray
+(split and colocated) and under torchrun; asynchronous rollouts against synchronous ones; two
+ranks against one (weak and strong scaling). Everything runs in this one script, side by side,
+and prints ratios.
+
+The run is Chapter 11's (a tiny character-level policy on the sort task: 8 prompts x 8
+completions of up to 8 tokens), from an untrained policy saved to a folder that every worker
+loads. Each variant's first iteration is left out (processes starting, first calls); the rest
+are timed by the wall clock of each iteration. On a machine with 2 cores:
+
+- Ray's overhead per iteration: (Ray's seconds per iteration) / (the single process's) - 1;
+- asynchronous rollouts (staleness 1: generation of the next batch overlaps this batch's
+  training) against the same workers run synchronously (staleness 0): samples per second
+  (goal: at least 1.4x; the ceiling is near 2x, since generation and training take similar time);
+- weak scaling: two ranks at the same prompts per rank against one rank (goal: at least 1.6x);
+  strong scaling: two ranks sharing one rank's global batch.
+
+    python bench/systems.py                 # 3 rounds of 12 timed iterations each
+    python bench/systems.py --rounds 1 --iterations 4
+    python bench/systems.py --learning      # also: held-out accuracy after async vs sync training
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rlkit.llm.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
+from rlkit.llm.models import build_causal_lm, tiny_config  # noqa: E402
+from rlkit.llm.tokenizer import build_char_tokenizer  # noqa: E402
+from rlkit.systems.ray_controller import ray_dataflow, start_ray, stop_ray  # noqa: E402
+from rlkit.systems.spmd import launch  # noqa: E402
+
+PHASES = ("generate", "score", "reference", "advantages", "policy")
+
+
+def policy_folder(folder: Path) -> str:
+    tokenizer = build_char_tokenizer()
+    build_causal_lm(tiny_config(tokenizer), seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def per_iteration(history: list[dict], names) -> dict[str, float]:
+    """Mean seconds per iteration of each ``seconds_<name>``, the first iteration left out."""
+    rows = history[1:]
+    return {
+        name: statistics.fmean(row.get(f"seconds_{name}", 0.0) for row in rows) for name in names
+    }
+
+
+def single_process(config: GRPOConfig) -> dict[str, float]:
+    torch.set_num_threads(1)  # as each Ray worker and each rank has
+    trainer = GRPOTrainer(config)
+    for _ in range(config.num_iterations):
+        trainer.run_update()
+    times = per_iteration(trainer.history, PHASES)
+    times["iteration"] = sum(times.values())
+    return times
+
+
+def on_ray(config: GRPOConfig, placement, staleness=None) -> dict[str, float]:
+    # the throughput runs skip the sampler's log-probs (the mismatch measure): as the actor does
+    flow = ray_dataflow(config, placement, staleness=staleness, measure_mismatch=False)
+    try:
+        history = flow.run()
+    finally:
+        for host in set(flow.hosts.values()):
+            host.kill()
+    return per_iteration(history, PHASES + ("generate_wait", "weights", "dispatch", "iteration"))
+
+
+def under_torchrun(config: GRPOConfig, nproc: int, folder: Path) -> dict[str, float]:
+    history = launch(config, folder, nproc=nproc)["history"]
+    return per_iteration(history, PHASES + ("communication", "iteration"))
+
+
+def throughput(config: GRPOConfig, times: dict[str, float]) -> float:
+    """Completions trained on per second."""
+    return config.batch_size / times["iteration"]
+
+
+def learning(config: GRPOConfig, seed: int) -> dict[str, float]:
+    """Held-out greedy exact match after the same number of samples, synchronous and async."""
+    from rlkit.llm.sft import sft_starting_point
+
+    folder = sft_starting_point(Path(tempfile.gettempdir()) / f"rlkit-sft-start-{seed}", seed)
+    config = dataclasses.replace(
+        config, sft_folder=str(folder), seed=seed, num_iterations=150, reward="positions"
+    )
+    scores = {}
+    for name, staleness in (("sync", 0), ("async", 1)):
+        flow = ray_dataflow(config, "split", staleness=staleness)
+        try:
+            flow.run()
+            scores[name] = flow.evaluate(200)["exact_match_greedy"]
+        finally:
+            for host in set(flow.hosts.values()):
+                host.kill()
+    return scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=12, help="timed, after one warm-up")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per iteration (x 8)")
+    parser.add_argument("--learning", action="store_true")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.iterations < 1:
+        parser.error("--rounds and --iterations must be >= 1")
+    work = Path(tempfile.mkdtemp(prefix="rlkit-bench-systems-"))
+    config = GRPOConfig(
+        sft_folder=policy_folder(work / "policy"),
+        num_iterations=args.iterations + 1,
+        prompts_per_iteration=args.prompts,
+        group_size=8,
+        beta=0.04,
+    )
+    doubled = dataclasses.replace(config, prompts_per_iteration=2 * args.prompts)
+    ratios: dict[str, list[float]] = {}
+    start_ray(num_cpus=4)  # logical CPUs: one per worker process of the async run
+    try:
+        for round_index in range(args.rounds):
+            results = {
+                "single process": single_process(config),
+                "Ray, split": on_ray(config, "split"),
+                "Ray, colocated": on_ray(config, "colocated"),
+                "Ray, split, sync rollout worker": on_ray(config, "split", staleness=0),
+                "Ray, split, async (staleness 1)": on_ray(config, "split", staleness=1),
+                "torchrun, 1 rank": under_torchrun(config, 1, work / f"r{round_index}-1"),
+                "torchrun, 2 ranks, same global batch": under_torchrun(
+                    config, 2, work / f"r{round_index}-2s"
+                ),
+                "torchrun, 2 ranks, same batch per rank": under_torchrun(
+                    doubled, 2, work / f"r{round_index}-2w"
+                ),
+            }
+            print(f"round {round_index}: seconds per iteration by phase")
+            for name, times in results.items():
+                phases = ", ".join(f"{k} {v:.3f}" for k, v in times.items() if v > 0)
+                print(f"  {name}: {phases}", flush=True)
+            single = results["single process"]["iteration"]
+            found = {
+                "ray_overhead_per_iteration": results["Ray, split"]["iteration"] / single - 1,
+                "ray_colocated_overhead_per_iteration": (
+                    results["Ray, colocated"]["iteration"] / single - 1
+                ),
+                "async_speedup": results["Ray, split, sync rollout worker"]["iteration"]
+                / results["Ray, split, async (staleness 1)"]["iteration"],
+                "async_speedup_vs_actor_sampling": results["Ray, split"]["iteration"]
+                / results["Ray, split, async (staleness 1)"]["iteration"],
+                "weak_scaling_2_ranks": throughput(
+                    doubled, results["torchrun, 2 ranks, same batch per rank"]
+                )
+                / throughput(config, results["torchrun, 1 rank"]),
+                "strong_scaling_2_ranks": results["torchrun, 1 rank"]["iteration"]
+                / results["torchrun, 2 ranks, same global batch"]["iteration"],
+            }
+            for name, value in found.items():
+                ratios.setdefault(name, []).append(value)
+            print(f"round {round_index}: " + ", ".join(f"{k} {v:.2f}" for k, v in found.items()))
+    finally:
+        stop_ray()
+    print(
+        "median over rounds: "
+        + ", ".join(f"{name} = {statistics.median(values):.2f}" for name, values in ratios.items())
+    )
+    if args.learning:
+        for seed in range(args.rounds):
+            print(f"seed {seed}: held-out greedy exact match {json.dumps(learning(config, seed))}")
+        stop_ray()
+
+
+if __name__ == "__main__":
+    main()
