@@ -140,12 +140,12 @@ test:
 		"setup!=$(MAKE) --no-print-directory setup chromium" \
 		"lint (ruff format --check, ruff check)=$(MAKE) --no-print-directory lint" \
 		"unit and learning tests, $(JOBS) workers=rm -rf $(TEST_RUN_CACHE) && RLKIT_TEST_RUN_CACHE=$(CURDIR)/$(TEST_RUN_CACHE) $(PYTEST) $(XDIST) -q -m 'not book and not alone'" \
-		"tests that need both cores (A3C), alone=$(PYTEST) -q -m 'alone and not book'" \
+		"tests that need both cores (A3C, Ray, torchrun), alone=$(PYTEST) -q -m 'alone and not book'" \
 		"notebooks executed, $(JOBS) at a time (Chapters 6, 9, 10 and 12 alone)!=$(MAKE) --no-print-directory notebooks" \
 		"book build from the cache (warnings are errors)!=$(MAKE) --no-print-directory book-strict" \
 		"notebook and browser checks=$(PYTEST) -n $(JOBS) -q -m book" \
 		"portability: notebooks on other CPU kernels=$(MAKE) --no-print-directory test-portability-notebooks" \
-		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO, GRPO and DPO vs TRL, language-model GPU smoke)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1' LLM_BENCH_CACHE=$(CURDIR)/$(TEST_RUN_CACHE)"
+		"benchmarks, one round (gae, A2C vs SB3, A3C scaling, PPO vs SB3, RLHF-PPO, GRPO and DPO vs TRL, language-model GPU smoke, RL systems)=$(MAKE) --no-print-directory bench BENCH_FLAGS='--rounds 1' LLM_BENCH_CACHE=$(CURDIR)/$(TEST_RUN_CACHE)"
 
 serve:
 	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
@@ -172,6 +172,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/grpo_trl.py $(BENCH_FLAGS) --cache $(LLM_BENCH_CACHE)
 	$(BIN)/python bench/dpo_trl.py $(BENCH_FLAGS) --cache $(LLM_BENCH_CACHE)
 	$(BIN)/python bench/gpu_llm.py $(BENCH_FLAGS)
+	$(BIN)/python bench/systems.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf _build notebooks/assignments/release
