@@ -24,10 +24,8 @@ The names follow TRL's ``GRPOConfig`` where TRL has the option: ``clip_eps`` is 
 
 from __future__ import annotations
 
-import collections
 import copy
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -49,14 +47,16 @@ from rlkit.llm.trainer import (
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
     PhaseTimer,
+    SeparateSampler,
     base_model,
     frozen,
+    require_sampler_settings,
     rows,
+    sampler_mismatch,
     split,
+    wants_separate_sampler,
 )
 from rlkit.losses import (
-    SAMPLER_CORRECTIONS,
-    approx_kl,
     clip_fraction,
     clipped_surrogate_terms,
     kl_estimate,
@@ -84,7 +84,6 @@ SCALES = ("group", "batch", "none")
 BASELINES = ("mean", "leave_one_out")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 IMPORTANCE_SAMPLING = ("token", "sequence")
-SAMPLER_DTYPES = ("float32", "bfloat16")
 STD_EPS = 1e-4  # added to the std before dividing, as TRL does
 
 
@@ -349,30 +348,7 @@ class GRPOConfig(LanguageModelTrainingConfig):
         super().__post_init__()
         require(self.reward in REWARDS, "reward", f"one of {REWARDS}", self.reward)
         require(self.task in TASKS, "task", f"one of {tuple(TASKS)}", self.task)
-        require(
-            self.sampler_dtype in SAMPLER_DTYPES,
-            "sampler_dtype",
-            f"one of {SAMPLER_DTYPES}",
-            self.sampler_dtype,
-        )
-        require(
-            is_count(self.sampler_lag, minimum=0),
-            "sampler_lag",
-            "an integer >= 0",
-            self.sampler_lag,
-        )
-        require(
-            self.sampler_correction is None or self.sampler_correction in SAMPLER_CORRECTIONS,
-            "sampler_correction",
-            f"None or one of {SAMPLER_CORRECTIONS}",
-            self.sampler_correction,
-        )
-        require(
-            is_finite_number(self.sampler_cap) and self.sampler_cap >= 1,
-            "sampler_cap",
-            "a finite number >= 1",
-            self.sampler_cap,
-        )
+        require_sampler_settings(self)
         for name in (
             "num_digits",
             "num_iterations",
@@ -449,7 +425,7 @@ class GRPOConfig(LanguageModelTrainingConfig):
     @property
     def separate_sampler(self) -> bool:
         """A copy of the policy samples (rounded or stale weights), not the policy itself."""
-        return self.sampler_dtype != "float32" or self.sampler_lag > 0
+        return wants_separate_sampler(self)
 
 
 @dataclass
@@ -468,26 +444,6 @@ class Sampled:
         """``[B / group_size]``: True for a group whose rewards are all equal (no signal)."""
         grouped = self.rewards.view(-1, group_size)
         return (grouped == grouped[:, :1]).all(dim=1)
-
-
-def sampler_mismatch(
-    trainer_logprobs: torch.Tensor,
-    sampler_logprobs: torch.Tensor,
-    mask: torch.Tensor,
-    cap: float,
-) -> dict[str, torch.Tensor]:
-    """How far the sampler's policy is from the trainer's on the sampled tokens:
-    ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token (``approx_kl`` with the
-    sampler as the old policy), and ``sampler_ratio_over_cap``, the share of tokens whose own
-    importance ratio exceeds ``cap`` (per token whatever the correction's mode: a sequence mode
-    may cut more)."""
-    log_ratio = zero_padding(trainer_logprobs - sampler_logprobs, mask)
-    return {
-        "sampler_kl": approx_kl(trainer_logprobs, sampler_logprobs, mask),
-        "sampler_ratio_over_cap": masked_mean(
-            (log_ratio > math.log(cap)).to(log_ratio.dtype), mask
-        ),
-    }
 
 
 def padded_rows(
@@ -624,10 +580,9 @@ class GRPOTrainer(LanguageModelTrainer):
         if config.beta > 0 and config.lora_rank is None and keep_reference:
             self.reference = frozen((reference or copy.deepcopy(policy)).to(config.device))
         self.shuffle = torch.Generator().manual_seed(config.seed)
-        self.sampler, self.sampler_states = None, collections.deque(maxlen=config.sampler_lag + 1)
+        self.sampler = None
         if config.separate_sampler:
-            dtype = getattr(torch, config.sampler_dtype)
-            self.sampler = frozen(copy.deepcopy(self.model).to(dtype=dtype))
+            self.sampler = SeparateSampler(self.model, config.sampler_dtype, config.sampler_lag)
 
     @property
     def on_policy(self) -> bool:
@@ -647,7 +602,7 @@ class GRPOTrainer(LanguageModelTrainer):
         config = self.config
         timer = PhaseTimer(PHASES, config.device)
         if self.sampler is not None:
-            self._sync_sampler()
+            self.sampler.sync(self.model)
         rollout, stats = self._rollout(timer)
         with timer("policy"):
             stats |= self._policy_epochs(rollout)
@@ -697,18 +652,6 @@ class GRPOTrainer(LanguageModelTrainer):
         )
         return rollout, stats
 
-    def _sync_sampler(self) -> None:
-        """The sampler takes the policy's weights of ``sampler_lag`` iterations ago (the oldest
-        kept, on the CPU; in the first iterations, the start's), rounded to its dtype."""
-        state = self.model.state_dict()
-        if self.config.sampler_lag == 0:  # the current weights: no copy to keep
-            self.sampler.load_state_dict(state)
-            return
-        self.sampler_states.append(
-            {name: value.detach().cpu().clone() for name, value in state.items()}
-        )
-        self.sampler.load_state_dict(self.sampler_states[0])
-
     @property
     def has_reference(self) -> bool:
         """A reference this process can ask: a frozen copy, or (LoRA) the disabled adapters."""
@@ -746,7 +689,7 @@ class GRPOTrainer(LanguageModelTrainer):
         config = self.config
         with self.autocast():
             batch = generate(
-                self.sampler or self.model,
+                self.model if self.sampler is None else self.sampler.model,
                 self.tokenizer,
                 prompts,
                 config.max_new_tokens,
@@ -937,13 +880,13 @@ class GRPOTrainer(LanguageModelTrainer):
             "shuffle": self.shuffle.get_state(),
             "data_rng": random_state(self.data.train_rng),
         }
-        if self.sampler_states:  # the stale weights a resumed run needs (sampler_lag > 0)
-            state["sampler_states"] = list(self.sampler_states)
+        if self.sampler is not None and self.sampler.states:  # stale weights (sampler_lag > 0)
+            state["sampler_states"] = self.sampler.state_dict()
         return state
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)
         self.shuffle.set_state(state["shuffle"])
         set_random_state(self.data.train_rng, state["data_rng"])
-        self.sampler_states.clear()
-        self.sampler_states.extend(state.get("sampler_states", []))
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state.get("sampler_states", []))

@@ -15,7 +15,10 @@ weights.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +30,7 @@ from transformers import PreTrainedModel
 
 from rlkit.llm.generation import PromptBatch
 from rlkit.llm.models import FAMILIES, context_length
+from rlkit.losses import SAMPLER_CORRECTIONS, approx_kl, masked_mean, zero_padding
 from rlkit.training import (
     Trainer,
     TrainResult,
@@ -338,3 +342,91 @@ def frozen(model: torch.nn.Module) -> torch.nn.Module:
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     return model.eval()
+
+
+# ---- A sampler that is not the trainer (Chapter 13's rollout/training mismatch) -----------------
+
+SAMPLER_DTYPES = ("float32", "bfloat16")
+
+
+def require_sampler_settings(config) -> None:
+    """The checks of a config's ``sampler_dtype``, ``sampler_lag``, ``sampler_correction`` and
+    ``sampler_cap`` (GRPO's and RLHF-PPO's)."""
+    require(
+        config.sampler_dtype in SAMPLER_DTYPES,
+        "sampler_dtype",
+        f"one of {SAMPLER_DTYPES}",
+        config.sampler_dtype,
+    )
+    require(
+        is_count(config.sampler_lag, minimum=0),
+        "sampler_lag",
+        "an integer >= 0",
+        config.sampler_lag,
+    )
+    require(
+        config.sampler_correction is None or config.sampler_correction in SAMPLER_CORRECTIONS,
+        "sampler_correction",
+        f"None or one of {SAMPLER_CORRECTIONS}",
+        config.sampler_correction,
+    )
+    require(
+        is_finite_number(config.sampler_cap) and config.sampler_cap >= 1,
+        "sampler_cap",
+        "a finite number >= 1",
+        config.sampler_cap,
+    )
+
+
+def wants_separate_sampler(config) -> bool:
+    """A copy of the policy samples (rounded or stale weights), not the policy itself."""
+    return config.sampler_dtype != "float32" or config.sampler_lag > 0
+
+
+class SeparateSampler:
+    """A copy of the policy that samples in its place, to inject the rollout/training mismatch of
+    systems whose generator is not the trainer in a controlled way: its weights rounded to
+    ``dtype`` and ``lag`` iterations old. ``sync`` before each iteration's sampling."""
+
+    def __init__(self, policy: torch.nn.Module, dtype: str, lag: int):
+        self.model = frozen(copy.deepcopy(policy).to(dtype=getattr(torch, dtype)))
+        self.lag = lag
+        self.states: collections.deque = collections.deque(maxlen=lag + 1)
+
+    def sync(self, policy: torch.nn.Module) -> None:
+        """The policy's weights of ``lag`` iterations ago (the oldest kept, on the CPU; in the
+        first iterations, the start's), rounded to the sampler's dtype."""
+        state = policy.state_dict()
+        if self.lag == 0:  # the current weights: no copy to keep
+            self.model.load_state_dict(state)
+            return
+        self.states.append({name: value.detach().cpu().clone() for name, value in state.items()})
+        self.model.load_state_dict(self.states[0])
+
+    def state_dict(self) -> list[dict]:
+        """The stale weights a resumed run needs (none without a lag)."""
+        return list(self.states)
+
+    def load_state_dict(self, states: list[dict]) -> None:
+        self.states.clear()
+        self.states.extend(states)
+
+
+def sampler_mismatch(
+    trainer_logprobs: torch.Tensor,
+    sampler_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+) -> dict[str, torch.Tensor]:
+    """How far the sampler's policy is from the trainer's on the sampled tokens:
+    ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token (``approx_kl`` with the
+    sampler as the old policy), and ``sampler_ratio_over_cap``, the share of tokens whose own
+    importance ratio exceeds ``cap`` (per token whatever the correction's mode: a sequence mode
+    may cut more)."""
+    log_ratio = zero_padding(trainer_logprobs - sampler_logprobs, mask)
+    return {
+        "sampler_kl": approx_kl(trainer_logprobs, sampler_logprobs, mask),
+        "sampler_ratio_over_cap": masked_mean(
+            (log_ratio > math.log(cap)).to(log_ratio.dtype), mask
+        ),
+    }

@@ -60,7 +60,7 @@ class ActorRole:
         sampler."""
         trainer = self.trainer
         if trainer.sampler is not None:
-            trainer._sync_sampler()
+            trainer.sampler.sync(trainer.model)
         batch, sampler_logprobs = trainer.generate_completions(prompts)
         return Generated(batch, batch.texts(trainer.tokenizer), sampler_logprobs)
 

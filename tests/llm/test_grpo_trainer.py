@@ -206,14 +206,14 @@ def test_a_bf16_sampler_samples_from_rounded_weights_and_its_mismatch_is_measure
     stays float32, and the history measures the mismatch: a small positive KL(sampler ||
     trainer) on the sampled tokens, which is 0 when the policy samples itself."""
     trainer = trainer_for(GRPOConfig(**SMALL, sampler_dtype="bfloat16"))
-    trainer._sync_sampler()
-    assert next(trainer.sampler.parameters()).dtype == torch.bfloat16
+    trainer.sampler.sync(trainer.model)
+    assert next(trainer.sampler.model.parameters()).dtype == torch.bfloat16
     assert next(trainer.model.parameters()).dtype == torch.float32
     for name, value in trainer.model.state_dict().items():
         torch.testing.assert_close(
-            trainer.sampler.state_dict()[name], value.to(torch.bfloat16), rtol=0, atol=0
+            trainer.sampler.model.state_dict()[name], value.to(torch.bfloat16), rtol=0, atol=0
         )
-    assert not trainer.sampler_states  # no lag: no copy of the weights is kept
+    assert not trainer.sampler.states  # no lag: no copy of the weights is kept
     row = run(trainer, 1)[0]
     assert 0 < row["sampler_kl"] < 0.05 and row["sampler_ratio_over_cap"] == 0.0
     itself = run(trainer_for(GRPOConfig(**SMALL, sampler_correction="token_truncate")), 1)[0]
@@ -230,7 +230,7 @@ def test_a_stale_sampler_lags_the_policy_by_its_lag():
         weights_before.append(copy.deepcopy(trainer.model.state_dict()))
         trainer.run_update()
         expected = weights_before[max(0, len(weights_before) - 3)]
-        for name, value in trainer.sampler.state_dict().items():
+        for name, value in trainer.sampler.model.state_dict().items():
             assert torch.equal(value, expected[name]), name
     kl = [row["sampler_kl"] for row in trainer.history]
     assert kl[0] == pytest.approx(0.0, abs=1e-6) and kl[3] > kl[0]
@@ -248,7 +248,7 @@ def test_the_correction_weighs_the_loss_by_the_trainer_over_the_sampler(mode):
     )
     trainer = trainer_for(config)
     trainer.run_update()  # the policy moves away from the sampler's weights
-    trainer._sync_sampler()
+    trainer.sampler.sync(trainer.model)
     rollout, _ = trainer._rollout(PhaseTimer(PHASES))
     batch = rollout.batch
     with torch.no_grad():
@@ -297,7 +297,7 @@ def test_with_several_epochs_the_old_log_probs_are_the_trainer_s_not_the_sampler
         sampler_correction="sequence_truncate",
     )
     trainer = trainer_for(config)
-    trainer._sync_sampler()
+    trainer.sampler.sync(trainer.model)
     rollout, stats = trainer._rollout(PhaseTimer(PHASES))
     assert stats["sampling_rounds"] > 1  # the batch was assembled from several rounds
     batch, mask = rollout.batch, rollout.batch.response_mask.bool()
