@@ -11,6 +11,7 @@ the episode, and nothing flows back from the padding.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -40,11 +41,15 @@ from rlkit.llm.trainer import (
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
     PhaseTimer,
+    SeparateSampler,
     adamw_with_decay_groups,
     base_model,
     frozen,
+    require_sampler_settings,
     rows,
+    sampler_mismatch,
     split,
+    wants_separate_sampler,
 )
 from rlkit.losses import (
     KL_ESTIMATORS,
@@ -213,9 +218,18 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
     missing_eos_penalty: float | None = None
     learning_rate: float = 1e-4  # the actor's AdamW step size
     warmup_steps: int = 0  # in iterations
+    # a sampler that is not the trainer (Chapter 13's mismatch, injected): a copy of the actor with
+    # its weights rounded to this dtype and sampler_lag iterations old (float32 and 0: the actor)
+    sampler_dtype: str = "float32"
+    sampler_lag: int = 0
+    # truncated importance sampling of the policy loss against it (None, or one of TRL's modes:
+    # "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"), with its cap
+    sampler_correction: str | None = None
+    sampler_cap: float = 3.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require_sampler_settings(self)
         require(self.reward in REWARD_SOURCES, "reward", f"one of {REWARD_SOURCES}", self.reward)
         require(
             self.critic_from in CRITIC_SOURCES,
@@ -303,6 +317,12 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     passes of clipped policy and value steps over minibatches. Dropout is off in every model
     throughout (they stay in eval mode; gradients still flow), so that the log-probabilities of
     sampling and of training are one computation and the first ratio is exactly 1.
+
+    With ``sampler_dtype`` or ``sampler_lag`` a copy of the actor samples instead (rounded or
+    stale weights: Chapter 13's rollout/training mismatch, injected); the actor recomputes the
+    old log-probabilities, the history measures the mismatch (``sampler_kl``,
+    ``sampler_ratio_over_cap``), and ``sampler_correction`` weighs the policy loss by truncated
+    importance sampling.
     """
 
     algorithm = "rlhf_ppo"
@@ -379,6 +399,9 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         )
         self.kl_coef = config.kl_coef
         self.shuffle = torch.Generator().manual_seed(config.seed)
+        self.sampler = None
+        if wants_separate_sampler(config):
+            self.sampler = SeparateSampler(self.model, config.sampler_dtype, config.sampler_lag)
 
     def _critic_from_config(self, actor, tokenizer) -> ValueHeadModel:
         """The critic's backbone: the reward model's (it already reads sequences for their
@@ -417,9 +440,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         # the rollout's forward passes run under the same autocast as the training steps, so that
         # old and new log-probabilities (and values) are one computation and the first ratio is 1
         with timer("generate"), self.autocast():
-            batch = generate(
-                self.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
-            )
+            batch, sampler_logprobs = self._generate(prompts)
         mask = batch.response_mask
         with timer("score"):  # decoding included: the reward model reads text
             texts = batch.texts(self.tokenizer)
@@ -444,7 +465,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
                 if config.whiten_advantages:
                     advantages = masked_whiten(advantages, mask)
         with timer("ppo_epochs"):
-            stats = self._ppo_epochs(batch, advantages, returns, values)
+            stats = self._ppo_epochs(batch, advantages, returns, values, sampler_logprobs)
         valid = mask.to(batch.logprobs.dtype)
         sequence_kl = ((batch.logprobs - ref_logprobs) * valid).sum(dim=1).mean().item()
         row = {
@@ -460,6 +481,30 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         if self.kl_controller is not None:
             self.kl_coef = self.kl_controller.update(sequence_kl, config.batch_size)
         return row
+
+    def _generate(self, prompts: list[str]) -> tuple[ResponseBatch, torch.Tensor | None]:
+        """One response per prompt, from the actor or (``sampler_dtype``, ``sampler_lag``) its
+        separate sampler; then the batch's log-probabilities are the actor's (PPO's old ones, and
+        the KL's), and the sampler's come beside them."""
+        config = self.config
+        if self.sampler is None:
+            batch = generate(
+                self.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
+            )
+            return batch, None
+        self.sampler.sync(self.model)
+        batch = generate(
+            self.sampler.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
+        )
+        with torch.no_grad():
+            actor_logprobs = response_logprobs(
+                self.model,
+                batch.prompts,
+                batch.response_ids,
+                batch.response_mask,
+                batch.temperature,
+            )
+        return dataclasses.replace(batch, logprobs=actor_logprobs), batch.logprobs
 
     def _scores(self, prompts: list[str], texts: list[str], batch: ResponseBatch) -> torch.Tensor:
         """The reward model's score of each decoded response (re-tokenized with its own tokenizer),
@@ -483,7 +528,9 @@ class RLHFPPOTrainer(LanguageModelTrainer):
                 return response_logprobs(reference, *arguments)
         return response_logprobs(self.reference, *arguments)
 
-    def _ppo_epochs(self, batch, advantages, returns, old_values) -> dict[str, float]:
+    def _ppo_epochs(
+        self, batch, advantages, returns, old_values, sampler_logprobs=None
+    ) -> dict[str, float]:
         """``ppo_epochs`` passes over the responses in shuffled minibatches: a clipped policy step
         of the actor and a clipped value step of the critic on each. ``first_ratio_error`` is the
         largest ``|ratio - 1|`` of the first minibatch (averaged over its micro-batches, if any):
@@ -498,6 +545,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             advantages,
             returns,
             old_values,
+            sampler_logprobs,
         )
         for _ in range(config.ppo_epochs):
             order = torch.randperm(config.batch_size, generator=self.shuffle)
@@ -527,19 +575,36 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             logprobs = response_logprobs(
                 self.model, piece.prompts, piece.response_ids, piece.mask, config.temperature
             )
+            correction = {}
+            if config.sampler_correction is not None:
+                correction = dict(
+                    sampler_logprobs=piece.sampler_logprobs,
+                    sampler_correction=config.sampler_correction,
+                    sampler_cap=config.sampler_cap,
+                )
             loss = clipped_policy_loss(
-                logprobs, piece.old_logprobs, piece.advantages, config.clip_eps, piece.mask
+                logprobs,
+                piece.old_logprobs,
+                piece.advantages,
+                config.clip_eps,
+                piece.mask,
+                **correction,
             )
             with torch.no_grad():
                 valid = piece.mask != 0
                 ratio = (logprobs - piece.old_logprobs).exp()
-                return loss, {
+                metrics = {
                     "clip_fraction": clip_fraction(
                         logprobs, piece.old_logprobs, config.clip_eps, piece.mask
                     ),
                     "approx_kl": approx_kl(logprobs, piece.old_logprobs, piece.mask),
                     "ratio_error": (ratio[valid] - 1).abs().max(),
                 }
+                if piece.sampler_logprobs is not None:
+                    metrics |= sampler_mismatch(
+                        piece.old_logprobs, piece.sampler_logprobs, piece.mask, config.sampler_cap
+                    )
+                return loss, metrics
 
         stats = self.optimizer_step(pieces, weights, loss_of)
         stats["policy_loss"] = stats.pop("loss")
@@ -609,6 +674,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             "kl_coef": self.kl_coef,
             "shuffle": self.shuffle.get_state(),
             "data_rng": random_state(self.data.train_rng),
+            "sampler_states": [] if self.sampler is None else self.sampler.state_dict(),
         }
 
     def _load_state(self, state: dict) -> None:
@@ -620,6 +686,8 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             self.kl_controller.value = self.kl_coef
         self.shuffle.set_state(state["shuffle"])
         set_random_state(self.data.train_rng, state["data_rng"])
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state.get("sampler_states", []))
 
 
 class RLHFPPOResult(LanguageModelResult):
@@ -637,21 +705,13 @@ class Minibatch:
     advantages: torch.Tensor
     returns: torch.Tensor
     old_values: torch.Tensor
+    sampler_logprobs: torch.Tensor | None = None  # a separate sampler's, when there is one
 
     def select(self, index: torch.Tensor) -> Minibatch:
         """The rows ``index``."""
         index = index.to(self.response_ids.device)
+        fields = ("response_ids", "mask", "old_logprobs", "advantages", "returns", "old_values")
+        sampler = None if self.sampler_logprobs is None else self.sampler_logprobs[index]
         return Minibatch(
-            rows(self.prompts, index),
-            *(
-                getattr(self, name)[index]
-                for name in (
-                    "response_ids",
-                    "mask",
-                    "old_logprobs",
-                    "advantages",
-                    "returns",
-                    "old_values",
-                )
-            ),
+            rows(self.prompts, index), *(getattr(self, name)[index] for name in fields), sampler
         )

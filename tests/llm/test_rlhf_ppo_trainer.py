@@ -194,6 +194,10 @@ def test_a_critic_on_another_vocabulary_is_refused():
         (dict(critic_from="nowhere"), "critic_from must be one of"),
         (dict(target_kl=-1.0), "target_kl must be None or a number > 0"),
         (dict(lam=1.5), "lam must be in"),
+        (dict(sampler_dtype="float16"), "sampler_dtype must be one of"),
+        (dict(sampler_lag=-1), "sampler_lag must be an integer >= 0"),
+        (dict(sampler_correction="clip"), "sampler_correction must be None or one of"),
+        (dict(sampler_cap=0.5), "sampler_cap must be a finite number >= 1"),
     ],
 )
 def test_bad_settings_name_the_field(change, message):
@@ -284,3 +288,74 @@ def test_fit_returns_the_trained_actor_and_critic():
     result = fit(trainer_for(RLHFPPOConfig(**SMALL | dict(num_iterations=1))))
     assert result.model is result.agent and result.critic is not None
     assert len(result.history) == 1 and result.tokenizer is not None
+
+
+def test_a_bf16_sampler_samples_the_old_log_probs_stay_the_actor_s_and_the_mismatch_shows():
+    """A bf16 copy of the actor samples: the ratio's old log-probabilities (and the KL in the
+    reward) are the float32 actor's, so the first ratio is still exactly 1, and the history
+    measures the sampler's small mismatch; with the actor sampling itself there is none."""
+    trainer = trainer_for(RLHFPPOConfig(**SMALL, sampler_dtype="bfloat16"))
+    row = run(trainer, 1)[0]
+    assert next(trainer.sampler.model.parameters()).dtype == torch.bfloat16
+    assert row["first_ratio_error"] < 1e-6 and abs(row["kl"]) < 1e-6
+    assert 0 < row["sampler_kl"] < 0.05
+    itself = run(trainer_for(RLHFPPOConfig(**SMALL)), 1)[0]
+    assert "sampler_kl" not in itself
+
+
+def test_the_correction_weighs_the_actor_s_loss_and_a_resumed_stale_run_equals_the_whole(
+    tmp_path,
+):
+    """With a stale sampler and truncated importance sampling, the actor's loss is the clipped
+    surrogate weighted by the capped trainer-over-sampler ratios (checked against the loss
+    function on the same minibatch); a run saved and resumed equals the whole."""
+    from rlkit.llm.rlhf_ppo import Minibatch, clipped_policy_loss
+
+    config = RLHFPPOConfig(
+        **SMALL | dict(num_iterations=3, ppo_epochs=1, minibatch_size=8),
+        sampler_lag=1,
+        sampler_correction="token_truncate",
+        sampler_cap=1.1,
+        learning_rate=1e-2,
+        seed=3,
+    )
+    whole = run(trainer_for(config), 3)
+    assert whole[-1]["sampler_kl"] > whole[0]["sampler_kl"]  # the lag shows once the actor moved
+    first = trainer_for(config)
+    run(first, 1)
+    torch.save(first.state_dict(), tmp_path / "state.pt")
+    resumed = trainer_for(config)
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert without_timings(run(resumed, 2)) == without_timings(whole)
+
+    # the loss the actor's step takes, against the function, on a hand-made minibatch
+    trainer = trainer_for(config)
+    run(trainer, 1)
+    batch, sampler_logprobs = trainer._generate(["1234", "4321", "2413", "3142"] * 2)
+    advantages = torch.randn(batch.response_ids.shape, generator=torch.Generator().manual_seed(0))
+    piece = Minibatch(
+        batch.prompts,
+        batch.response_ids,
+        batch.response_mask,
+        batch.logprobs,
+        advantages * batch.response_mask,
+        torch.zeros_like(advantages),
+        torch.zeros_like(advantages),
+        sampler_logprobs,
+    )
+    expected = clipped_policy_loss(
+        batch.logprobs,
+        batch.logprobs,
+        piece.advantages,
+        config.clip_eps,
+        piece.mask,
+        sampler_logprobs=sampler_logprobs,
+        sampler_correction="token_truncate",
+        sampler_cap=1.1,
+    )
+    plain = clipped_policy_loss(
+        batch.logprobs, batch.logprobs, piece.advantages, config.clip_eps, piece.mask
+    )
+    assert abs(expected.item() - plain.item()) > 1e-6
+    step = trainer._actor_step([piece], [float(piece.mask.sum())])
+    assert step["policy_loss"] == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
