@@ -13,9 +13,11 @@ are timed by the wall clock of each iteration. On a machine with 2 cores:
   training) against the same workers run synchronously (staleness 0): samples per second
   (goal: at least 1.4x; the ceiling is near 2x, since generation and training take similar time);
 - weak scaling: two ranks at the same prompts per rank against one rank (goal: at least 1.6x);
-  strong scaling: two ranks sharing one rank's global batch.
+  strong scaling: two ranks sharing one rank's global batch;
+- A2C with its rollouts on Ray workers (RLlib's layout): environment steps per second with two
+  workers against one, and against A2C in one process (16 CartPole copies x 32 steps an update).
 
-    python bench/systems.py                 # 3 rounds of 12 timed iterations each
+    python bench/systems.py                 # 3 rounds of 8 timed iterations each
     python bench/systems.py --rounds 1 --iterations 4
     python bench/systems.py --learning      # also: held-out accuracy after async vs sync training
 """
@@ -28,6 +30,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -83,6 +86,24 @@ def under_torchrun(config: GRPOConfig, nproc: int, folder: Path) -> dict[str, fl
     return per_iteration(history, PHASES + ("communication", "iteration"))
 
 
+def a2c_env_steps_per_second(num_workers: int | None, updates: int) -> float:
+    """A2C on CartPole-v1 (Gymnasium's envs, 16 copies x 32 steps an update): environment steps
+    per second after the first update, in one process (None) or with Ray rollout workers."""
+    from rlkit.a2c import A2CConfig, A2CTrainer
+    from rlkit.systems.a2c_ray import RayA2CTrainer
+
+    config = A2CConfig(num_envs=16, num_steps=32, total_steps=16 * 32 * (updates + 1))
+    trainer = A2CTrainer(config) if num_workers is None else RayA2CTrainer(config, num_workers)
+    try:
+        trainer.run_update()
+        start = time.perf_counter()
+        for _ in range(updates):
+            trainer.run_update()
+        return config.batch_size * updates / (time.perf_counter() - start)
+    finally:
+        trainer.close()
+
+
 def throughput(config: GRPOConfig, times: dict[str, float]) -> float:
     """Completions trained on per second."""
     return config.batch_size / times["iteration"]
@@ -113,7 +134,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=12, help="timed, after one warm-up")
+    parser.add_argument("--iterations", type=int, default=8, help="timed, after one warm-up")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per iteration (x 8)")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="the completions' limit")
     parser.add_argument("--learning", action="store_true")
@@ -169,6 +190,14 @@ def main() -> None:
                 "strong_scaling_2_ranks": results["torchrun, 1 rank"]["iteration"]
                 / results["torchrun, 2 ranks, same global batch"]["iteration"],
             }
+            a2c = {workers: a2c_env_steps_per_second(workers, 30) for workers in (None, 1, 2)}
+            print(
+                f"  A2C on CartPole, env steps/s: one process {a2c[None]:,.0f}, one Ray rollout "
+                f"worker {a2c[1]:,.0f}, two {a2c[2]:,.0f}",
+                flush=True,
+            )
+            found["a2c_ray_scaling_2_workers"] = a2c[2] / a2c[1]
+            found["a2c_ray_2_workers_vs_one_process"] = a2c[2] / a2c[None]
             for name, value in found.items():
                 ratios.setdefault(name, []).append(value)
             print(f"round {round_index}: " + ", ".join(f"{k} {v:.2f}" for k, v in found.items()))
