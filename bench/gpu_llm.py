@@ -42,9 +42,10 @@ tokens: generation and training tokens/s), DPO steps on 32 of the sort task's pa
 chat; on a CPU a step or two of each on a few short rows.
 
 **systems** (Chapter 13): the GRPO section's run in one process and as a single controller over
-Ray workers colocated on the same device (``rlkit.systems``, the ``distributed`` extra), the same
-iterations after an untimed one each: Ray's overhead per iteration (dispatch and transfer of the
-batches between processes), the ratio of their seconds per iteration.
+three Ray workers (actor, reference, reward: the split placement) sharing the device
+(``rlkit.systems``, the ``distributed`` extra), the same iterations after an untimed one each:
+Ray's overhead per iteration (dispatch and transfer of the batches between processes), the ratio
+of their seconds per iteration.
 
     python bench/gpu_llm.py                  # every section: the large models on CUDA when there
                                              # is one, else the tiny smoke test
@@ -392,6 +393,7 @@ def systems_section(args, device: str) -> None:
     try:
         flow = ray_dataflow(config, "split")
         rows = flow.run()[1:]
+        flow.close()
     finally:
         stop_ray()
     on_ray = statistics.fmean(row["seconds_iteration"] for row in rows)

@@ -491,7 +491,9 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             batch = generate(
                 self.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
             )
-            return batch, None
+            # a correction against the actor itself weighs every token 1 (as GRPO's does)
+            own = batch.logprobs.clone() if config.sampler_correction is not None else None
+            return batch, own
         self.sampler.sync(self.model)
         batch = generate(
             self.sampler.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature

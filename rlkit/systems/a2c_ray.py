@@ -14,12 +14,13 @@ of their own, derived from ``(seed, worker)``.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from rlkit.a2c import A2CConfig, A2CTrainer, make_agent
+from rlkit.checkpoint import global_rng_state, set_global_rng_state
 from rlkit.rollouts import Rollout, RolloutCollector, make_vector_env
 from rlkit.systems.ray_controller import WorkerFailed, require_cpus_for, start_ray
+from rlkit.systems.spmd import rank_seed
 from rlkit.training import is_count, require, seed_everything
 
 __all__ = ["RayA2CTrainer", "RemoteCollector", "RolloutWorker", "join_rollouts"]
@@ -37,10 +38,8 @@ class RolloutWorker:
         self.collector = RolloutCollector(
             self.envs, self.agent, config.num_steps, config.gamma, config.seed + index * share
         )
-        if index > 0:
-            torch.manual_seed(
-                int(np.random.SeedSequence([config.seed, index]).generate_state(1)[0])
-            )
+        if index > 0:  # worker 0 is the single process; the others sample from streams of their own
+            torch.manual_seed(rank_seed(config.seed, index))
 
     def sample(self, weights: dict[str, torch.Tensor]) -> Rollout:
         """``num_steps`` steps of this worker's copies with ``weights``."""
@@ -48,11 +47,11 @@ class RolloutWorker:
         return self.collector.collect()
 
     def state_dict(self) -> dict:
-        return {"collector": self.collector.state_dict(), "torch_rng": torch.get_rng_state()}
+        return {"collector": self.collector.state_dict(), "global_rng": global_rng_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.collector.load_state_dict(state["collector"])
-        torch.set_rng_state(state["torch_rng"])
+        set_global_rng_state(state["global_rng"])
 
 
 def join_rollouts(rollouts: list[Rollout]) -> Rollout:
@@ -90,7 +89,10 @@ class RemoteCollector:
             ) from error
 
     def collect(self) -> Rollout:
-        weights = {name: value.cpu() for name, value in self.agent.state_dict().items()}
+        import ray
+
+        # one copy of the weights in Ray's object store, read by every worker
+        weights = ray.put({name: value.cpu() for name, value in self.agent.state_dict().items()})
         rollout = join_rollouts(self._get([w.sample.remote(weights) for w in self.workers]))
         self.env_steps += rollout.num_transitions
         return rollout

@@ -78,7 +78,8 @@ def roles_needed(config: GRPOConfig, asynchronous: bool = False) -> list[str]:
 
 
 class GRPODataflow:
-    """Chapter 11's GRPO iteration, driven from one process: the single controller."""
+    """Chapter 11's GRPO iteration, driven from one process: the single controller. (A run is
+    not checkpointed: the driver's prompt stream and the workers' random streams are not saved.)"""
 
     def __init__(
         self, config: GRPOConfig, hosts: dict[str, Host], rank: int = 0, world_size: int = 1
@@ -99,7 +100,7 @@ class GRPODataflow:
         self.eos_token_id = load_tokenizer(config.sft_folder).eos_token_id
         self.rank, self.world_size = rank, world_size
         self.history: list[dict[str, float]] = []
-        self.keep_rollouts, self.rollouts = False, []  # each iteration's, for tests
+        self.keep_rollouts, self.rollouts = False, []  # the first iteration's, for tests
 
     @staticmethod
     def separate_reference(config: GRPOConfig) -> bool:
@@ -139,6 +140,7 @@ class GRPODataflow:
         seconds["advantages"] += time.perf_counter() - start
         if self.keep_rollouts:
             self.rollouts.append(rollout)
+            self.keep_rollouts = False  # the first is what the SPMD test compares
         stats |= self._call(seconds, "policy", "actor", "update", rollout)
         self._after_update(seconds)
         row = {
@@ -171,9 +173,41 @@ class GRPODataflow:
             self.run_iteration()
         return self.history
 
+    def close(self) -> None:
+        """Stops the hosts that are processes of their own (Ray actors); local ones have nothing
+        to stop."""
+        for host in {id(host): host for host in self.hosts.values()}.values():
+            if hasattr(host, "kill"):
+                host.kill()
+
     def evaluate(self, num_prompts: int | None = None, seed: int = 0) -> dict:
         """The actor's held-out scores (``GRPOTrainer.evaluate``, computed where the actor is)."""
         return self.hosts["actor"].call("actor", "evaluate", num_prompts, seed)[0]
+
+
+def require_async_settings(config: GRPOConfig, staleness: int, measure_mismatch: bool) -> None:
+    """The settings asynchronous rollouts take (checked before any worker starts)."""
+    require_dataflow_settings(config)
+    require(is_count(staleness, minimum=0), "staleness", "an integer >= 0", staleness)
+    require(
+        config.sampler_lag == 0,
+        "sampler_lag",
+        "0 with asynchronous rollouts (their lag is the staleness)",
+        config.sampler_lag,
+    )
+    require(
+        config.sampler_dtype == "float32",
+        "sampler_dtype",
+        "'float32' with asynchronous rollouts (the rollout worker holds the actor's weights)",
+        config.sampler_dtype,
+    )
+    require(
+        measure_mismatch or config.sampler_correction is None,
+        "measure_mismatch",
+        f"True when sampler_correction is set ({config.sampler_correction!r} reads the "
+        "sampler's log-probabilities)",
+        measure_mismatch,
+    )
 
 
 class AsyncGRPODataflow(GRPODataflow):
@@ -181,10 +215,11 @@ class AsyncGRPODataflow(GRPODataflow):
     trains on this one, ``staleness`` batches ahead at most.
 
     At the start of iteration ``k`` the driver asks for every generation up to batch ``k +
-    staleness``; each is generated with the newest weights the rollout worker has, those after
-    update ``k - 1``, so batch ``j`` comes from the policy of ``staleness`` updates before the
-    one that trains on it (from the start's in the first iterations): the same lag as the
-    single-process trainer's ``sampler_lag``, which it equals. With ``staleness=0`` it is the
+    staleness`` not yet asked for (one, after the first iteration); the rollout worker runs its
+    calls in order, so batch ``k + staleness`` is generated with the weights after update ``k -
+    1``: batch ``j`` comes from the policy ``staleness`` updates before the one that trains on it
+    (the start's in the first iterations), the single-process trainer's ``sampler_lag``, which it
+    equals. With ``staleness=0`` it is the
     synchronous run. The actor's weights go to the rollout worker after every update; with
     more than one step per batch the actor recomputes the ratio's old log-probabilities itself.
 
@@ -221,11 +256,11 @@ class AsyncGRPODataflow(GRPODataflow):
         self.generations_asked = 0
 
     def _next_generation(self, seconds: dict[str, float]):
-        rollout = self.hosts["rollout"]
+        generator = self.hosts["rollout"]
         ahead = min(len(self.history) + 1 + self.staleness, self.config.num_iterations)
         while self.generations_asked < ahead:
             repeated = self._draw_prompts()
-            submitted = rollout.submit("rollout", "generate", repeated, self.measure_mismatch)
+            submitted = generator.submit("rollout", "generate", repeated, self.measure_mismatch)
             self.in_flight.append((repeated, submitted))
             self.generations_asked += 1
         require(
@@ -236,7 +271,7 @@ class AsyncGRPODataflow(GRPODataflow):
         )
         repeated, submitted = self.in_flight.popleft()
         start = time.perf_counter()
-        generated, computed = rollout.wait(submitted)
+        generated, computed = generator.wait(submitted)
         seconds["generate"] += computed
         seconds["generate_wait"] += time.perf_counter() - start
         if not self.config.one_step_per_batch:
@@ -244,6 +279,11 @@ class AsyncGRPODataflow(GRPODataflow):
             generated = dataclasses.replace(generated, batch=batch)
         # how many of the actor's updates the generator's weights were behind: at most staleness
         self.last_staleness = len(self.history) - generated.weights_version
+        if self.last_staleness > self.staleness:  # a set_weights call was lost
+            raise RuntimeError(
+                f"the rollout worker's weights were {self.last_staleness} updates behind, more "
+                f"than the staleness bound {self.staleness}: sending it the weights failed"
+            )
         return repeated, generated
 
     def run_iteration(self) -> dict[str, float]:

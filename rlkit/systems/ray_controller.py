@@ -22,6 +22,7 @@ from rlkit.llm.grpo import GRPOConfig
 from rlkit.systems.dataflow import (
     AsyncGRPODataflow,
     GRPODataflow,
+    require_async_settings,
     require_dataflow_settings,
     roles_needed,
 )
@@ -152,10 +153,11 @@ class RayHost:
                 f"{self.call_timeout} s"
             ) from error
         except ray.exceptions.RayActorError as error:
-            keeps = "" if set(self.roles) <= set(STATELESS_ROLES) else " (it holds state)"
+            holds_state = not set(self.roles) <= set(STATELESS_ROLES)
             raise WorkerFailed(
-                f"the worker of {self.roles} died during {role}.{method}{keeps}: "
-                f"{type(error).__name__}"
+                f"the worker of {self.roles} died during {role}.{method}"
+                + (" (it holds state)" if holds_state else "")
+                + f": {type(error).__name__}"
             ) from error
 
     def pid(self) -> int:
@@ -183,7 +185,10 @@ def ray_dataflow(
     (``AsyncGRPODataflow``, with its ``measure_mismatch``); None: the actor samples itself,
     synchronously. ``gpus_per_worker`` (Ray's ``num_gpus`` of each worker process; None: none on
     the CPU, and on CUDA an equal share of one GPU, so that every worker sees it)."""
-    require_dataflow_settings(config)
+    if staleness is None:
+        require_dataflow_settings(config)
+    else:
+        require_async_settings(config, staleness, measure_mismatch)
     roles = roles_needed(config, asynchronous=staleness is not None)
     groups = placement_groups(placement, roles)
     start_ray(num_cpus=max(2, len(groups)))
@@ -191,9 +196,14 @@ def ray_dataflow(
     if gpus_per_worker is None:
         gpus_per_worker = 1 / len(groups) if config.device.startswith("cuda") else 0.0
     hosts = {}
-    for group in groups:
-        host = RayHost(config, group, call_timeout, gpus_per_worker)
-        hosts |= dict.fromkeys(group, host)
-    if staleness is None:
-        return GRPODataflow(config, hosts)
-    return AsyncGRPODataflow(config, hosts, staleness, measure_mismatch)
+    try:
+        for group in groups:
+            host = RayHost(config, group, call_timeout, gpus_per_worker)
+            hosts |= dict.fromkeys(group, host)
+        if staleness is None:
+            return GRPODataflow(config, hosts)
+        return AsyncGRPODataflow(config, hosts, staleness, measure_mismatch)
+    except BaseException:
+        for host in {id(host): host for host in hosts.values()}.values():
+            host.kill()
+        raise

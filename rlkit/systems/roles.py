@@ -3,7 +3,8 @@ computes, with no word about where it runs.
 
 Every role is a plain object with a few methods: the ``actor`` samples completions and updates the
 policy, the ``reference`` gives the frozen start's log-probabilities, the ``reward`` scores the
-completions with the task's verifiable reward. A host (``LocalHost`` here, ``rlkit.systems.ray``'s
+completions with the task's verifiable reward; the ``rollout`` worker generates apart from the
+actor (asynchronous training). A host (``LocalHost`` here, ``rlkit.systems.ray_controller``'s
 Ray actors, or one rank of ``rlkit.systems.spmd``) builds the roles it is given and runs their
 methods; the driver (``rlkit.systems.dataflow``) holds the dataflow and calls them. Each role is
 built from the run's ``GRPOConfig`` alone, so that a host in another process builds the same
@@ -12,6 +13,7 @@ object from the same settings, and the same random streams make it compute the s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -23,7 +25,7 @@ from rlkit.llm.generation import ResponseBatch, generate, response_logprobs
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer, Rollout, task_rewards
 from rlkit.llm.models import load_causal_lm
 from rlkit.llm.tasks import make_task
-from rlkit.llm.trainer import frozen
+from rlkit.llm.trainer import frozen, uses_bf16
 from rlkit.training import require
 
 __all__ = [
@@ -145,9 +147,15 @@ class ReferenceRole:
         )
         self.model = frozen(load_causal_lm(config.sft_folder, dtype=torch.float32))
         self.model.to(config.device)
+        self.bf16 = uses_bf16(config)
 
     def logprobs(self, batch: ResponseBatch) -> torch.Tensor:
-        with torch.no_grad():
+        """Under the trainer's autocast (bf16 on a capable GPU), as the single process computes
+        them."""
+        autocast = (
+            torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        )
+        with torch.no_grad(), autocast:
             return response_logprobs(
                 self.model,
                 batch.prompts,

@@ -10,7 +10,8 @@ optimizer step: after each has accumulated its gradient, the gradients are avera
 
 For a loss that is a mean over completions (``loss_type`` "grpo" or "dr_grpo") the mean of the
 ranks' gradients is the gradient of the global batch: one step on ``W`` ranks equals one step of
-the single process on the same completions, up to the order of the float sums.
+the single process on the same completions, up to the order of the float sums (each step on the
+whole batch: minibatches are refused, since each rank would shuffle only its own share).
 
 Run it as ``torchrun --nproc-per-node 2 -m rlkit.systems.spmd --config run.json --out folder``, or
 from Python with ``launch``.
@@ -68,20 +69,20 @@ def require_data_parallel_settings(config: GRPOConfig, world_size: int) -> None:
         config.scale,
     )
     require(
-        config.minibatch_size is None or config.minibatch_size % world_size == 0,
+        config.minibatch_size in (None, config.batch_size),
         "minibatch_size",
-        f"None or a multiple of the number of ranks ({world_size})",
+        f"None (or the batch, {config.batch_size}) under data parallelism: each rank would "
+        "shuffle its own share, and a step would not be the single process's",
         config.minibatch_size,
     )
 
 
 def rank_config(config: GRPOConfig, world_size: int) -> GRPOConfig:
-    """One rank's share of the run: its prompts (and minibatch) per iteration."""
-    minibatch = None if config.minibatch_size is None else config.minibatch_size // world_size
+    """One rank's share of the run: its prompts per iteration (one minibatch of them)."""
     return dataclasses.replace(
         config,
         prompts_per_iteration=config.prompts_per_iteration // world_size,
-        minibatch_size=minibatch,
+        minibatch_size=None,
     )
 
 
@@ -95,7 +96,11 @@ class GradientAverager:
 
     def __call__(self, model: torch.nn.Module) -> None:
         start = time.perf_counter()
-        grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+        trained = [p for p in model.parameters() if p.requires_grad]
+        for parameter in trained:  # every rank sends every gradient, or the all-reduce would hang
+            if parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+        grads = [parameter.grad for parameter in trained]
         flat = torch.cat([grad.flatten() for grad in grads])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= dist.get_world_size()
@@ -138,7 +143,8 @@ def run_rank(config: GRPOConfig, out: Path, num_iterations: int, save_rollout: b
     host = LocalHost(local, roles)
     trainer = host.roles["actor"].trainer
     broadcast_parameters(trainer.model)
-    torch.manual_seed(rank_seed(config.seed, rank))
+    if rank > 0:  # rank 0 goes on with the stream its trainer seeded (it is the single process)
+        torch.manual_seed(rank_seed(config.seed, rank))
     averager = GradientAverager()
     trainer.average_gradients = averager
     flow = GRPODataflow(local, dict.fromkeys(roles, host), rank=rank, world_size=world)

@@ -98,7 +98,7 @@ def test_a_run_cannot_go_past_its_iterations(config):
     [
         (dict(), -1, "staleness"),
         (dict(sampler_lag=1), 1, "sampler_lag"),
-        (dict(sampler_dtype="bfloat16"), 1, "sampler_lag"),
+        (dict(sampler_dtype="bfloat16"), 1, "sampler_dtype"),
         (dict(dynamic_sampling_rounds=1), 1, "dynamic_sampling_rounds"),
         (dict(sft_folder=None), None, "sft_folder"),
     ],
@@ -121,9 +121,9 @@ def test_a_driver_without_a_host_for_a_role_names_it(config):
 def test_a_rank_s_share_and_stream():
     from rlkit.llm.grpo import GRPOConfig
 
-    config = GRPOConfig(prompts_per_iteration=8, group_size=4, minibatch_size=16)
+    config = GRPOConfig(prompts_per_iteration=8, group_size=4, minibatch_size=32)
     share = rank_config(config, 4)
-    assert (share.prompts_per_iteration, share.minibatch_size, share.batch_size) == (2, 4, 8)
+    assert (share.prompts_per_iteration, share.minibatch_size, share.batch_size) == (2, None, 8)
     assert rank_seed(7, 0) == 7  # one rank is the single process
     assert len({rank_seed(7, rank) for rank in range(4)}) == 4
 

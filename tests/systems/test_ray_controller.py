@@ -47,8 +47,7 @@ def close_workers():
     flows = []
     yield flows.append
     for flow in flows:
-        for host in set(flow.hosts.values()):
-            host.kill()
+        flow.close()
 
 
 def worker_pids(flow) -> dict[str, int]:
@@ -141,9 +140,27 @@ def test_more_workers_than_ray_has_cpus_is_an_error_not_a_wait(config, ray_sessi
         require_cpus_for(5)
 
 
-def test_the_distributed_dataflow_refuses_dynamic_sampling(config):
+def role_hosts() -> set[int]:
+    """The live processes of Ray actors that host roles (Ray names them ``ray::LocalHost``)."""
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "LocalHost" in child.name() and child.status() != psutil.STATUS_ZOMBIE:
+                found.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def test_bad_settings_are_refused_before_any_worker_starts(config, ray_session):
+    before = role_hosts()
     with pytest.raises(ValueError, match="dynamic_sampling_rounds"):
         ray_dataflow(dataclasses.replace(config, dynamic_sampling_rounds=2))
+    with pytest.raises(ValueError, match="staleness"):
+        ray_dataflow(config, staleness=-1)
+    with pytest.raises(ValueError, match="sampler_lag"):
+        ray_dataflow(dataclasses.replace(config, sampler_lag=1), staleness=1)
+    assert role_hosts() <= before
 
 
 def test_ray_listens_on_loopback_only_and_leaves_no_process_behind(ray_session):
