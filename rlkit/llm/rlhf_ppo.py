@@ -219,13 +219,13 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
     learning_rate: float = 1e-4  # the actor's AdamW step size
     warmup_steps: int = 0  # in iterations
     # a sampler that is not the trainer (Chapter 13's mismatch, injected): a copy of the actor with
-    # its weights rounded to this dtype and sampler_lag iterations old (float32 and 0: the actor)
+    # its weights rounded to this dtype ("float32" and a lag of 0: the actor samples itself)
     sampler_dtype: str = "float32"
-    sampler_lag: int = 0
+    sampler_lag: int = 0  # iterations by which the sampler's weights lag the actor's
     # truncated importance sampling of the policy loss against it (None, or one of TRL's modes:
-    # "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"), with its cap
+    # "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
     sampler_correction: str | None = None
-    sampler_cap: float = 3.0
+    sampler_cap: float = 3.0  # the importance weight above which it is truncated or masked
 
     def __post_init__(self) -> None:
         super().__post_init__()

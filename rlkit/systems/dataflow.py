@@ -24,7 +24,8 @@ from rlkit.training import is_count, require
 
 __all__ = ["PHASES", "AsyncGRPODataflow", "GRPODataflow", "Host", "roles_needed"]
 
-# "generate_wait": how long the driver waited for an overlapped generation (asynchronous rollouts);
+# "generate_wait": how long the driver waited for an overlapped generation and the scores started
+# on it (asynchronous rollouts);
 # "weights": sending the actor's weights to a generator apart from it
 PHASES = (
     "generate",
@@ -120,15 +121,7 @@ class GRPODataflow:
         config, seconds = self.config, dict.fromkeys(PHASES, 0.0)
         iteration_start = time.perf_counter()
         repeated, generated = self._next_generation(seconds)
-        rewards = self._call(seconds, "score", "reward", "rewards", repeated, generated)
-        ref_logprobs = None
-        if config.beta > 0:
-            role, method = (
-                ("reference", "logprobs")
-                if self.separate_reference(config)
-                else ("actor", "reference_logprobs")
-            )
-            ref_logprobs = self._call(seconds, "reference", role, method, generated.batch)
+        rewards, ref_logprobs = self._score(seconds, repeated, generated)
         start = time.perf_counter()
         batch, sampler = generated.batch, generated.sampler_logprobs
         sampled = Sampled(batch, repeated, generated.texts, rewards, ref_logprobs, sampler)
@@ -163,6 +156,22 @@ class GRPODataflow:
         """The next prompts and the actor's completions of them."""
         repeated = self._draw_prompts()
         return repeated, self._call(seconds, "generate", "actor", "generate", repeated)
+
+    def _reference_call(self) -> tuple[str, str]:
+        """The role and method that give the reference's log-probabilities of a ``Generated``:
+        the reference worker's, or with LoRA the actor's (its adapters disabled)."""
+        if self.separate_reference(self.config):
+            return "reference", "logprobs_of"
+        return "actor", "reference_logprobs_of"
+
+    def _score(self, seconds: dict[str, float], repeated: list[str], generated):
+        """The completions' rewards and (``beta > 0``) the reference's log-probabilities."""
+        rewards = self._call(seconds, "score", "reward", "rewards", repeated, generated)
+        ref_logprobs = None
+        if self.config.beta > 0:
+            role, method = self._reference_call()
+            ref_logprobs = self._call(seconds, "reference", role, method, generated)
+        return rewards, ref_logprobs
 
     def _after_update(self, seconds: dict[str, float]) -> None:
         """Nothing: the actor that steps is the one that samples."""
@@ -220,7 +229,10 @@ class AsyncGRPODataflow(GRPODataflow):
     1``: batch ``j`` comes from the policy ``staleness`` updates before the one that trains on it
     (the start's in the first iterations), the single-process trainer's ``sampler_lag``, which it
     equals. With ``staleness=0`` it is the
-    synchronous run. The actor's weights go to the rollout worker after every update; with
+    synchronous run. The reward's and the reference worker's calls on a batch are started with its
+    generation and take its completions when they are ready (on Ray, from the object store, not
+    through the driver), so they too overlap training; place them apart from the actor, or they
+    wait in its queue. The actor's weights go to the rollout worker after every update; with
     more than one step per batch the actor recomputes the ratio's old log-probabilities itself.
 
     ``measure_mismatch``: the rollout worker also returns the sampler's log-probabilities (one
@@ -261,7 +273,7 @@ class AsyncGRPODataflow(GRPODataflow):
         while self.generations_asked < ahead:
             repeated = self._draw_prompts()
             submitted = generator.submit("rollout", "generate", repeated, self.measure_mismatch)
-            self.in_flight.append((repeated, submitted))
+            self.in_flight.append((repeated, submitted, *self._submit_scores(repeated, submitted)))
             self.generations_asked += 1
         require(
             len(self.in_flight) > 0,
@@ -269,7 +281,7 @@ class AsyncGRPODataflow(GRPODataflow):
             f"more iterations than the run's {self.config.num_iterations}",
             len(self.history) + 1,
         )
-        repeated, submitted = self.in_flight.popleft()
+        repeated, submitted, *self.scores_in_flight = self.in_flight.popleft()
         start = time.perf_counter()
         generated, computed = generator.wait(submitted)
         seconds["generate"] += computed
@@ -291,6 +303,31 @@ class AsyncGRPODataflow(GRPODataflow):
         row = super().run_iteration()
         row["staleness"] = float(self.last_staleness)
         return row
+
+    def _submit_scores(self, repeated: list[str], generation) -> tuple:
+        """The reward's call and the reference worker's, started on a generation still running:
+        each worker takes the completions when they are ready, with no trip through the driver.
+        (With LoRA the actor computes the reference: it is asked later, after it is free.)"""
+        rewards = self.hosts["reward"].submit("reward", "rewards", repeated, generation)
+        reference = None
+        if self.separate_reference(self.config):
+            reference = self.hosts["reference"].submit("reference", "logprobs_of", generation)
+        return rewards, reference
+
+    def _score(self, seconds: dict[str, float], repeated: list[str], generated):
+        rewards_call, reference_call = self.scores_in_flight
+        start = time.perf_counter()
+        rewards, computed = self.hosts["reward"].wait(rewards_call)
+        seconds["score"] += computed
+        ref_logprobs = None
+        if reference_call is not None:
+            ref_logprobs, computed = self.hosts["reference"].wait(reference_call)
+            seconds["reference"] += computed
+        seconds["generate_wait"] += time.perf_counter() - start
+        if self.config.beta > 0 and reference_call is None:  # LoRA: the actor's, now
+            role, method = self._reference_call()
+            ref_logprobs = self._call(seconds, "reference", role, method, generated)
+        return rewards, ref_logprobs
 
     def _after_update(self, seconds: dict[str, float]) -> None:
         """The actor's new weights to the rollout worker, behind the generations already asked."""

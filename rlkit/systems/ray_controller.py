@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rlkit.llm.grpo import GRPOConfig
 from rlkit.systems.dataflow import (
@@ -61,6 +62,7 @@ def start_ray(num_cpus: int | None = None) -> None:
     # no warning about the change)
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     ray.init(
+        address="local",  # a Ray of its own, never another process's that happens to run
         num_cpus=num_cpus,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
@@ -115,6 +117,15 @@ def require_cpus_for(num_workers: int) -> None:
     )
 
 
+@dataclass
+class RaySubmitted:
+    """A call submitted to a Ray worker: its role, method and Ray's reference to its result."""
+
+    role: str
+    method: str
+    reference: object
+
+
 class RayHost:
     """The driver's handle on one Ray actor that hosts ``roles`` (a ``LocalHost`` in another
     process)."""
@@ -137,14 +148,18 @@ class RayHost:
 
     def submit(self, role: str, method: str, *args):
         """Start ``role.method(*args)`` in the worker and return at once (Ray runs one worker's
-        calls in the order they were submitted)."""
-        return (role, method, self.handle.call.remote(role, method, *args))
+        calls in the order they were submitted). An argument may be another call submitted to a
+        Ray worker: Ray hands its result over when it is ready, with no trip through the driver."""
+        results_at = tuple(i for i, arg in enumerate(args) if isinstance(arg, RaySubmitted))
+        args = [arg.reference if isinstance(arg, RaySubmitted) else arg for arg in args]
+        reference = self.handle.call_on_results.remote(role, method, results_at, *args)
+        return RaySubmitted(role, method, reference)
 
     def wait(self, submitted):
         """The result of a submitted call and the seconds it computed."""
         import ray
 
-        role, method, reference = submitted
+        role, method, reference = submitted.role, submitted.method, submitted.reference
         try:
             return ray.get(reference, timeout=self.call_timeout)
         except ray.exceptions.GetTimeoutError as error:

@@ -78,6 +78,9 @@ class ActorRole:
         with torch.no_grad(), self.trainer.autocast():
             return self.trainer.reference_logprobs(batch)
 
+    def reference_logprobs_of(self, generated: Generated) -> torch.Tensor:
+        return self.reference_logprobs(generated.batch)
+
     def old_logprobs(self, batch: ResponseBatch) -> ResponseBatch:
         """The batch with the trainer's log-probabilities as the ratio's old ones (a generator that
         is not the trainer sampled it, and the loss takes more than one step on it)."""
@@ -149,6 +152,10 @@ class ReferenceRole:
         self.model.to(config.device)
         self.bf16 = uses_bf16(config)
 
+    def logprobs_of(self, generated: Generated) -> torch.Tensor:
+        """``logprobs`` of the generated batch (chained on a generation still running)."""
+        return self.logprobs(generated.batch)
+
     def logprobs(self, batch: ResponseBatch) -> torch.Tensor:
         """Under the trainer's autocast (bf16 on a capable GPU), as the single process computes
         them."""
@@ -184,6 +191,14 @@ ROLES = {
 }
 
 
+@dataclass
+class Submitted:
+    """A call that ``LocalHost.submit`` ran at once: its result and the seconds it computed."""
+
+    result: object
+    seconds: float
+
+
 class LocalHost:
     """Hosts roles in this process: the single process of Chapter 11, and what each Ray actor and
     each SPMD rank runs inside. ``call`` returns a method's result with the seconds it computed,
@@ -202,12 +217,21 @@ class LocalHost:
         result = getattr(self.roles[role], method)(*args)
         return result, time.perf_counter() - start
 
-    def submit(self, role: str, method: str, *args):
-        """``call`` for a driver that overlaps calls: in one process, it runs at once."""
+    def call_on_results(self, role: str, method: str, results_at: tuple[int, ...], *args):
+        """``call``, where the arguments at ``results_at`` are other calls' ``(result, seconds)``
+        (a Ray worker receives a submitted call's result that way) and only the result is
+        passed on."""
+        args = [arg[0] if i in results_at else arg for i, arg in enumerate(args)]
         return self.call(role, method, *args)
 
-    def wait(self, submitted):
-        return submitted
+    def submit(self, role: str, method: str, *args) -> Submitted:
+        """``call`` for a driver that overlaps calls: in one process it runs at once. An argument
+        may be another submitted call: its result is passed."""
+        args = [arg.result if isinstance(arg, Submitted) else arg for arg in args]
+        return Submitted(*self.call(role, method, *args))
+
+    def wait(self, submitted: Submitted) -> tuple[object, float]:
+        return submitted.result, submitted.seconds
 
     def pid(self) -> int:
         return os.getpid()
