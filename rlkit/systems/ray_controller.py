@@ -15,6 +15,7 @@ names the role. A call that does not answer within ``call_timeout`` seconds stop
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,11 +72,29 @@ def start_ray(num_cpus: int | None = None) -> None:
     )
 
 
-def stop_ray() -> None:
-    """Shut Ray and every process it started down."""
+def stop_ray(grace: float = 10.0) -> None:
+    """Shut Ray and every process it started down: what is still running ``grace`` seconds after
+    Ray's own shutdown (a worker that was starting, a helper slow to notice) is killed."""
+    import psutil
     import ray
 
+    started = [process for process in psutil.Process().children(recursive=True) if is_ray(process)]
     ray.shutdown()
+    _, alive = psutil.wait_procs(started, timeout=grace)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def is_ray(process) -> bool:
+    """Whether ``process`` is one of Ray's (its servers, its agents, its workers)."""
+    import psutil
+
+    try:
+        return "ray" in process.name() or "/ray/" in " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def placement_groups(placement: str | Sequence[Sequence[str]], roles: list[str]) -> list[list[str]]:
