@@ -228,12 +228,12 @@ class AsyncGRPODataflow(GRPODataflow):
     calls in order, so batch ``k + staleness`` is generated with the weights after update ``k -
     1``: batch ``j`` comes from the policy ``staleness`` updates before the one that trains on it
     (the start's in the first iterations), the single-process trainer's ``sampler_lag``, which it
-    equals. With ``staleness=0`` it is the
-    synchronous run. The reward's and the reference worker's calls on a batch are started with its
-    generation and take its completions when they are ready (on Ray, from the object store, not
-    through the driver), so they too overlap training; place them apart from the actor, or they
-    wait in its queue. The actor's weights go to the rollout worker after every update; with
-    more than one step per batch the actor recomputes the ratio's old log-probabilities itself.
+    equals. With ``staleness=0`` it is the synchronous run. The reward's and the reference
+    worker's calls on a batch are started with its generation and take its completions when they
+    are ready (on Ray, from the object store, not through the driver), so they too overlap
+    training; place them apart from the actor, or they wait in its queue. The actor's weights go
+    to the rollout worker after every update; with more than one step per batch the actor
+    recomputes the ratio's old log-probabilities itself.
 
     ``measure_mismatch``: the rollout worker also returns the sampler's log-probabilities (one
     more forward pass), which the history's ``sampler_kl`` and a ``sampler_correction`` read;
@@ -247,21 +247,7 @@ class AsyncGRPODataflow(GRPODataflow):
         staleness: int = 1,
         measure_mismatch: bool = True,
     ):
-        require(is_count(staleness, minimum=0), "staleness", "an integer >= 0", staleness)
-        require(
-            config.sampler_lag == 0 and config.sampler_dtype == "float32",
-            "sampler_lag",
-            "0 (and sampler_dtype 'float32') with asynchronous rollouts: their lag is the "
-            "staleness",
-            config.sampler_lag,
-        )
-        require(
-            measure_mismatch or config.sampler_correction is None,
-            "measure_mismatch",
-            f"True when sampler_correction is set ({config.sampler_correction!r} reads the "
-            "sampler's log-probabilities)",
-            measure_mismatch,
-        )
+        require_async_settings(config, staleness, measure_mismatch)
         super().__init__(config, hosts)
         self.staleness, self.measure_mismatch = staleness, measure_mismatch
         self.in_flight: collections.deque = collections.deque()  # (prompts, submitted call)
