@@ -632,13 +632,7 @@ class DPOTrainer(LanguageModelTrainer):
                 config.max_new_tokens,
                 config.temperature,
                 oracle=self.oracle,
-                reference_logprobs=lambda batch: response_logprobs(
-                    reference,
-                    batch.prompts,
-                    batch.response_ids,
-                    batch.response_mask,
-                    batch.temperature,
-                ),
+                reference_logprobs=lambda batch: batch.logprobs_under(reference),
                 seed=seed,
                 per_prompt=True,
             )

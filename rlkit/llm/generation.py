@@ -145,6 +145,17 @@ class ResponseBatch:
             self.temperature,
         )
 
+    def logprobs_under(self, model: PreTrainedModel) -> torch.Tensor:
+        """``[B, T_resp]``: these responses' log-probabilities under ``model`` at the sampling
+        temperature (``response_logprobs``): a trainer's old ones, or a reference's."""
+        return response_logprobs(
+            model, self.prompts, self.response_ids, self.response_mask, self.temperature
+        )
+
+    def ended(self, eos_token_id: int) -> torch.Tensor:
+        """``[B]``: True for a response that has its EOS (not one cut at ``max_new_tokens``)."""
+        return ((self.response_ids == eos_token_id) & (self.response_mask != 0)).any(dim=1)
+
     def texts(self, tokenizer) -> list[str]:
         """Each response decoded up to (not including) its first EOS.
 

@@ -489,7 +489,7 @@ def sampling_stats(sampled: Sampled, task, eos_token_id: int, group_size: int) -
     """What the sampler produced: reward, exact answers, the share of groups with one reward (zero
     variance: no signal), lengths, truncations."""
     mask = sampled.batch.response_mask
-    ended = ((sampled.batch.response_ids == eos_token_id) & (mask != 0)).any(1)
+    ended = sampled.batch.ended(eos_token_id)
     exact = list(map(task.reward, sampled.prompts, sampled.texts))
     return {
         "reward": sampled.rewards.mean().item(),
@@ -513,8 +513,7 @@ def rollout_from(
     advantages = group_advantages(rewards, config.group_size, config.scale, config.baseline)
     loss_mask = batch.response_mask
     if config.mask_truncated_completions:
-        ended = ((batch.response_ids == eos_token_id) & (loss_mask != 0)).any(1)
-        loss_mask = loss_mask * ended.unsqueeze(1).to(loss_mask.dtype)
+        loss_mask = loss_mask * batch.ended(eos_token_id).unsqueeze(1).to(loss_mask.dtype)
     advantages = advantages.to(batch.response_ids.device)
     return Rollout(batch, advantages, loss_mask, ref_logprobs, sampler_logprobs)
 
@@ -702,13 +701,7 @@ class GRPOTrainer(LanguageModelTrainer):
             if self.sampler is not None and not self.on_policy:
                 # the ratio's old log-probabilities are the trainer's, not the sampler's
                 with torch.no_grad():
-                    trainer_logprobs = response_logprobs(
-                        self.model,
-                        batch.prompts,
-                        batch.response_ids,
-                        batch.response_mask,
-                        batch.temperature,
-                    )
+                    trainer_logprobs = batch.logprobs_under(self.model)
                 batch = dataclasses.replace(batch, logprobs=trainer_logprobs)
         return batch, sampler_logprobs
 
@@ -746,11 +739,10 @@ class GRPOTrainer(LanguageModelTrainer):
     def reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
         """The sampled tokens' log-probabilities under the reference, at the sampling
         temperature."""
-        arguments = (batch.prompts, batch.response_ids, batch.response_mask, batch.temperature)
         if self.reference is None:  # LoRA: the policy without its adapters
             with base_model(self.model) as reference:
-                return response_logprobs(reference, *arguments)
-        return response_logprobs(self.reference, *arguments)
+                return batch.logprobs_under(reference)
+        return batch.logprobs_under(self.reference)
 
     def _policy_epochs(self, rollout: Rollout) -> dict[str, float]:
         """``num_epochs`` passes over the completions, one ``grpo_loss`` step per minibatch."""

@@ -499,13 +499,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             self.sampler.model, self.tokenizer, prompts, config.max_new_tokens, config.temperature
         )
         with torch.no_grad():
-            actor_logprobs = response_logprobs(
-                self.model,
-                batch.prompts,
-                batch.response_ids,
-                batch.response_mask,
-                batch.temperature,
-            )
+            actor_logprobs = batch.logprobs_under(self.model)
         return dataclasses.replace(batch, logprobs=actor_logprobs), batch.logprobs
 
     def _scores(self, prompts: list[str], texts: list[str], batch: ResponseBatch) -> torch.Tensor:
@@ -517,18 +511,17 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             scores = score(self.reward_model, self.reward_tokenizer, prompts, texts)
         scores = scores.to(batch.logprobs.device, batch.logprobs.dtype)
         if self.config.missing_eos_penalty is not None:
-            ended = (batch.response_ids == self.tokenizer.eos_token_id) & (batch.response_mask != 0)
-            scores = scores - self.config.missing_eos_penalty * (~ended.any(dim=1)).to(scores.dtype)
+            ended = batch.ended(self.tokenizer.eos_token_id)
+            scores = scores - self.config.missing_eos_penalty * (~ended).to(scores.dtype)
         return scores
 
     def reference_logprobs(self, batch: ResponseBatch) -> torch.Tensor:
         """The sampled tokens' log-probabilities under the reference, at the sampling
         temperature."""
-        arguments = (batch.prompts, batch.response_ids, batch.response_mask, batch.temperature)
         if self.reference is None:  # LoRA: the actor without its adapters
             with base_model(self.model) as reference:
-                return response_logprobs(reference, *arguments)
-        return response_logprobs(self.reference, *arguments)
+                return batch.logprobs_under(reference)
+        return batch.logprobs_under(self.reference)
 
     def _ppo_epochs(
         self, batch, advantages, returns, old_values, sampler_logprobs=None

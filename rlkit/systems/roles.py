@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlkit.llm.generation import ResponseBatch, generate, response_logprobs
+from rlkit.llm.generation import ResponseBatch, generate
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer, Rollout, task_rewards
 from rlkit.llm.models import load_causal_lm
 from rlkit.llm.tasks import make_task
@@ -85,13 +85,7 @@ class ActorRole:
         """The batch with the trainer's log-probabilities as the ratio's old ones (a generator that
         is not the trainer sampled it, and the loss takes more than one step on it)."""
         with torch.no_grad(), self.trainer.autocast():
-            logprobs = response_logprobs(
-                self.trainer.model,
-                batch.prompts,
-                batch.response_ids,
-                batch.response_mask,
-                batch.temperature,
-            )
+            logprobs = batch.logprobs_under(self.trainer.model)
         return dataclasses.replace(batch, logprobs=logprobs)
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -163,13 +157,7 @@ class ReferenceRole:
             torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         )
         with torch.no_grad(), autocast:
-            return response_logprobs(
-                self.model,
-                batch.prompts,
-                batch.response_ids,
-                batch.response_mask,
-                batch.temperature,
-            )
+            return batch.logprobs_under(self.model)
 
 
 class RewardRole:
