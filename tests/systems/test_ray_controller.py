@@ -36,8 +36,11 @@ pytestmark = pytest.mark.alone
 
 @pytest.fixture(scope="module")
 def ray_session():
+    """Ray for the module; yields the pids of this process's children from before Ray started
+    (an earlier test's, such as multiprocessing's resource tracker, which is not Ray's to stop)."""
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
     start_ray(num_cpus=4)
-    yield
+    yield before
     stop_ray()
 
 
@@ -164,7 +167,7 @@ def test_bad_settings_are_refused_before_any_worker_starts(config, ray_session):
 
 
 def test_ray_listens_on_loopback_only_and_leaves_no_process_behind(ray_session):
-    children = psutil.Process().children(recursive=True)
+    children = [c for c in psutil.Process().children(recursive=True) if c.pid not in ray_session]
     assert {"raylet", "gcs_server"} <= {child.name() for child in children}
     addresses = set()
     for child in children:
