@@ -21,6 +21,10 @@ are timed by the wall clock of each iteration. On a machine with 2 cores:
     python bench/systems.py                 # 3 rounds of 8 timed iterations each
     python bench/systems.py --rounds 1 --iterations 4
     python bench/systems.py --learning      # also: held-out accuracy after async vs sync training
+    python bench/systems.py --out book/data/systems_bench.json   # Chapter 13's figures read it
+
+``--out`` writes every round's seconds per iteration by phase of each variant, its ratios and
+A2C's steps per second, with the settings and the machine's core count.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -141,6 +146,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="prompts per iteration (x 8)")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="the completions' limit")
     parser.add_argument("--learning", action="store_true")
+    parser.add_argument("--out", type=Path, help="a JSON file for the rounds' measurements")
     args = parser.parse_args()
     if args.rounds < 1 or args.iterations < 1:
         parser.error("--rounds and --iterations must be >= 1")
@@ -155,6 +161,7 @@ def main() -> None:
     )
     doubled = dataclasses.replace(config, prompts_per_iteration=2 * args.prompts)
     ratios: dict[str, list[float]] = {}
+    rounds = []
     start_ray(num_cpus=4)  # logical CPUs: one per worker process of the async run
     try:
         for round_index in range(args.rounds):
@@ -203,6 +210,8 @@ def main() -> None:
             found["a2c_ray_2_workers_vs_one_process"] = a2c[2] / a2c[None]
             for name, value in found.items():
                 ratios.setdefault(name, []).append(value)
+            a2c_named = {"one process": a2c[None], "1 worker": a2c[1], "2 workers": a2c[2]}
+            rounds.append(dict(phases=results, ratios=found, a2c_env_steps_per_second=a2c_named))
             print(f"round {round_index}: " + ", ".join(f"{k} {v:.2f}" for k, v in found.items()))
     finally:
         stop_ray()
@@ -212,6 +221,12 @@ def main() -> None:
     }
     for name, values in ratios.items():
         print(f"result: {name} = {statistics.median(values):.2f}{goals.get(name, '')}")
+    if args.out is not None:
+        settings = dict(vars(args), out=str(args.out), batch=config.batch_size)
+        record = dict(settings=settings, cpu_count=os.cpu_count(), rounds=rounds)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1, default=str))
+        print(f"wrote {args.out}")
     if args.learning:
         for seed in range(args.rounds):
             print(f"seed {seed}: held-out greedy exact match {json.dumps(learning(config, seed))}")

@@ -159,8 +159,9 @@ def sampler_correction_weights(
     cap: float = 3.0,
 ) -> torch.Tensor:
     """Truncated importance sampling's weights for samples drawn by a generator
-    that is not the trainer: the trainer's probability of each sampled token over the sampler's,
-    ``w = exp(old_logprobs - sampler_logprobs)``, constants (no gradient), 0 on padding.
+    that is not the trainer (eq-tis-token, eq-tis-sequence): the trainer's probability of each
+    sampled token over the sampler's, ``w = exp(old_logprobs - sampler_logprobs)``, constants (no
+    gradient), 0 on padding.
 
     ``mode`` (TRL's ``vllm_importance_sampling_mode``): ``"token_*"`` weighs each token by its own
     ratio; ``"sequence_*"`` weighs every token of a sequence (a row of ``[B, T]``) by the

@@ -2,11 +2,15 @@
 under-trained SFT start, scored on held-out prompts every ``--eval-every`` iterations, and PPO on
 the task's reward (Chapter 10's trainer, with its critic and reference) beside them. Chapter 11's
 figures and tables read the results file. Chapter 12's read DPO's variants, set beside RLHF-PPO
-(Chapter 10's trainer with Chapter 9's reward model) and GRPO.
+(Chapter 10's trainer with Chapter 9's reward model) and GRPO; Chapter 13's read GRPO with a
+sampler that is not the trainer (stale or bf16 weights), with and without truncated importance
+sampling.
 
     python tools/grpo_sweep.py --seeds 0 1 2 --out book/data/grpo_sweep.json
     python tools/grpo_sweep.py --seeds 0 1 2 --variants grpo rlhf_ppo dpo dpo_beta01 ipo cdpo \
         simpo dpo_online dpo_online_beta01 --out book/data/preference_sweep.json
+    python tools/grpo_sweep.py --seeds 0 1 2 --variants grpo lag4 lag4_tis lag16 lag16_tis bf16 \
+        bf16_tis --out book/data/mismatch_sweep.json
 
 Each record is one run: its variant, seed and settings, the held-out scores at each evaluation
 (``evaluate``: greedy and sampled exact match, and the wall time so far, evaluations included),
@@ -63,6 +67,15 @@ VARIANTS = {
     "gspo_4steps": dict(
         FOUR_STEPS, importance_sampling="sequence", clip_eps=3e-4, clip_eps_high=4e-4
     ),
+    # Chapter 13: the rollout/training mismatch, injected (a sampler whose weights lag the policy's
+    # by some updates, or are rounded to bf16), and truncated importance sampling against it
+    **{f"lag{lag}": dict(sampler_lag=lag) for lag in (4, 16)},
+    **{
+        f"lag{lag}_tis": dict(sampler_lag=lag, sampler_correction="token_truncate")
+        for lag in (4, 16)
+    },
+    "bf16": dict(sampler_dtype="bfloat16"),
+    "bf16_tis": dict(sampler_dtype="bfloat16", sampler_correction="token_truncate"),
     # Chapter 10's PPO on the task's exact-match reward, with its critic and reference
     "ppo": dict(trainer="ppo", reward="task", kl_coef=0.05, critic_from="policy"),
     # Chapter 10's RLHF-PPO as its learning test runs it: Chapter 9's reward model, the critic from
@@ -98,6 +111,8 @@ HISTORY_FIELDS = (
     "logp_chosen",
     "logp_rejected",
     "pairs_kept",
+    "sampler_kl",
+    "sampler_ratio_over_cap",
 )
 
 

@@ -419,10 +419,10 @@ def sampler_mismatch(
     cap: float,
 ) -> dict[str, torch.Tensor]:
     """How far the sampler's policy is from the trainer's on the sampled tokens:
-    ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token (``approx_kl`` with the
-    sampler as the old policy), and ``sampler_ratio_over_cap``, the share of tokens whose own
-    importance ratio exceeds ``cap`` (per token whatever the correction's mode: a sequence mode
-    may cut more)."""
+    ``sampler_kl``, the k3 estimate of KL(sampler || trainer) per token (eq-sampler-kl:
+    ``approx_kl`` with the sampler as the old policy), and ``sampler_ratio_over_cap``, the share
+    of tokens whose own importance ratio exceeds ``cap`` (per token whatever the correction's
+    mode: a sequence mode may cut more)."""
     log_ratio = zero_padding(trainer_logprobs - sampler_logprobs, mask)
     return {
         "sampler_kl": approx_kl(trainer_logprobs, sampler_logprobs, mask),

@@ -117,7 +117,8 @@ class GRPODataflow:
         return result
 
     def run_iteration(self) -> dict[str, float]:
-        """One iteration; its history row (the single-process trainer's, and the dispatch time)."""
+        """One iteration, the phases of eq-sync-iteration-time in order; its history row (the
+        single-process trainer's, and the seconds of each phase, dispatch included)."""
         config, seconds = self.config, dict.fromkeys(PHASES, 0.0)
         iteration_start = time.perf_counter()
         repeated, generated = self._next_generation(seconds)
@@ -254,6 +255,8 @@ class AsyncGRPODataflow(GRPODataflow):
         self.generations_asked = 0
 
     def _next_generation(self, seconds: dict[str, float]):
+        """The batch to train on, generated while earlier batches trained (eq-async-iteration-time):
+        first every generation up to ``staleness`` batches ahead is asked for."""
         generator = self.hosts["rollout"]
         ahead = min(len(self.history) + 1 + self.staleness, self.config.num_iterations)
         while self.generations_asked < ahead:

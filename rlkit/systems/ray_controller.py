@@ -59,6 +59,10 @@ def start_ray(num_cpus: int | None = None) -> None:
     # no metrics agent either (it comes with the dashboard): without it, the workers would log
     # that they cannot reach it
     os.environ["RAY_enable_metrics_collection"] = "0"
+    # and yet a process that starts slowly on a busy machine logs, at error level, that it gave
+    # up reaching that agent: Ray's C++ side logs only what is fatal (a failure still reaches the
+    # driver as a Python exception, which names the worker)
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     # Ray overrides CUDA_VISIBLE_DEVICES for actors without GPUs; keep its future behaviour (and
     # no warning about the change)
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
