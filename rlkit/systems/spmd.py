@@ -20,6 +20,7 @@ from Python with ``launch``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -213,7 +214,8 @@ def launch(
     """Run ``config`` on ``nproc`` ranks with ``torchrun`` (gloo, loopback only, one thread per
     rank) and return rank 0's history (``history.json``; its model and optimizer are in
     ``state.pt``). A rank that fails stops the others (torchrun's agent), and this raises a
-    RuntimeError with torchrun's report."""
+    RuntimeError with torchrun's report; past ``timeout`` seconds torchrun and every rank are
+    stopped, and a RuntimeError says so."""
     require(is_count(nproc), "nproc", "an integer >= 1", nproc)
     require_data_parallel_settings(config, nproc)
     out = Path(out)
@@ -233,10 +235,41 @@ def launch(
         "GLOO_SOCKET_IFNAME": "lo",
         "OMP_NUM_THREADS": "1",
     }
-    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(failure_report(done.stderr, nproc))
+    with subprocess.Popen(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as torchrun:
+        try:
+            _, stderr = torchrun.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_process_tree(torchrun.pid)
+            torchrun.communicate()
+            raise RuntimeError(
+                f"torchrun on {nproc} ranks did not finish within {timeout} s: it and its ranks "
+                "were stopped"
+            ) from None
+    if torchrun.returncode != 0:
+        raise RuntimeError(failure_report(stderr, nproc))
     return json.loads((out / "history.json").read_text())
+
+
+def stop_process_tree(pid: int, grace: float = 10.0) -> None:
+    """Stops a process and every process below it: torchrun starts each rank in a session of its
+    own, so killing torchrun alone would leave its ranks running (blocked in a collective)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ ranks are refused by name. (Marked ``alone``: torchrun's ranks need the cores to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -104,6 +105,22 @@ def test_a_killed_rank_stops_the_run_with_torchrun_s_report(config, tmp_path):
     # the broken connection when both fall in one poll) and lists rank 1's signal
     assert outcome["error"].startswith("torchrun on 2 ranks: rank ")
     assert "Signal 9 (SIGKILL) received by PID" in outcome["error"]
+
+
+def test_a_run_past_its_timeout_stops_torchrun_and_every_rank(config, tmp_path):
+    endless = dataclasses.replace(config, num_iterations=100_000)
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    with pytest.raises(RuntimeError, match="did not finish within 20 s"):
+        launch(endless, tmp_path, nproc=2, timeout=20)
+    left = [c for c in psutil.Process().children(recursive=True) if c.pid not in before]
+    assert left == []
+    # the ranks run in sessions of their own, not below this process: none of them is left either
+    ranks = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if str(tmp_path) in " ".join(process.info["cmdline"] or []):
+                ranks.append(process)
+    assert ranks == []
 
 
 @pytest.mark.parametrize(
