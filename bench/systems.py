@@ -131,7 +131,7 @@ def learning(config: GRPOConfig, seed: int) -> dict[str, float]:
         flow = ray_dataflow(config, "split", staleness=staleness)
         try:
             flow.run()
-            scores[name] = flow.evaluate(200)["exact_match_greedy"]
+            scores[name] = flow.evaluate(200)["exact_match"]
         finally:
             flow.close()
     return scores

@@ -15,7 +15,6 @@ names the role. A call that does not answer within ``call_timeout`` seconds stop
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from rlkit.systems.dataflow import (
     require_dataflow_settings,
     roles_needed,
 )
+from rlkit.systems.processes import stop_processes
 from rlkit.systems.roles import LocalHost
 from rlkit.training import require
 
@@ -84,11 +84,7 @@ def stop_ray(grace: float = 10.0) -> None:
 
     started = [process for process in psutil.Process().children(recursive=True) if is_ray(process)]
     ray.shutdown()
-    _, alive = psutil.wait_procs(started, timeout=grace)
-    for process in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    stop_processes(started, grace, terminate=False)  # ray.shutdown asked them to stop
 
 
 def is_ray(process) -> bool:

@@ -20,7 +20,6 @@ from Python with ``launch``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -38,6 +37,7 @@ import torch.distributed as dist
 from rlkit.checkpoint import write_atomically
 from rlkit.llm.grpo import GRPOConfig
 from rlkit.systems.dataflow import GRPODataflow, require_dataflow_settings, roles_needed
+from rlkit.systems.processes import stop_processes
 from rlkit.systems.roles import LocalHost
 from rlkit.training import is_count, require
 
@@ -262,14 +262,7 @@ def stop_process_tree(pid: int, grace: float = 10.0) -> None:
         processes = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return
-    for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.terminate()
-    _, alive = psutil.wait_procs(processes, timeout=grace)
-    for process in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    stop_processes(processes, grace)
 
 
 if __name__ == "__main__":
