@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -179,6 +180,9 @@ class AdaptiveKLController:
 REWARD_SOURCES = ("model", "task")
 CRITIC_SOURCES = ("reward_model", "policy")
 PHASES = ("generate", "score", "reference", "values", "rewards", "advantages", "ppo_epochs")
+# the models a trainer holds besides the actor (Chapter 13's roles each hold only theirs)
+OTHER_MODELS = ("reference", "critic", "reward_model")
+PPO_STEPS = ("actor", "critic")
 
 
 @dataclass
@@ -294,6 +298,60 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
         )
 
 
+def require_reads_actor_tokens(critic: ValueHeadModel, actor: PreTrainedModel) -> None:
+    vocabulary = critic.backbone.get_input_embeddings().num_embeddings
+    require(
+        vocabulary == actor.get_input_embeddings().num_embeddings,
+        "critic",
+        "a critic that reads the actor's tokens (its embedding table has "
+        f"{actor.get_input_embeddings().num_embeddings} rows, the actor's vocabulary)",
+        f"a critic whose embedding table has {vocabulary} rows",
+    )
+
+
+def rollout_stats(task, prompts, texts, scores, batch: ResponseBatch, ref_logprobs) -> dict:
+    """An iteration's row: the mean score and task reward, the KL to the reference (the mean over
+    responses of the summed k1 estimate, which the adaptive controller reads) and the length."""
+    valid = batch.response_mask.to(batch.logprobs.dtype)
+    return {
+        "score": scores.mean().item(),
+        "task_reward": sum(map(task.reward, prompts, texts)) / len(prompts),
+        "kl": ((batch.logprobs - ref_logprobs) * valid).sum(dim=1).mean().item(),
+        "response_length": valid.sum(dim=1).mean().item(),
+    }
+
+
+def shaped_rewards(
+    batch: ResponseBatch,
+    ref_logprobs: torch.Tensor,
+    scores: torch.Tensor,
+    kl_coef: float,
+    config: RLHFPPOConfig,
+) -> torch.Tensor:
+    """``compute_rewards`` (eq-rlhf-reward) of a sampled batch with the config's clip and KL
+    estimate, at this iteration's ``kl_coef``."""
+    return compute_rewards(
+        batch.logprobs,
+        ref_logprobs,
+        scores,
+        batch.response_mask,
+        kl_coef,
+        config.clip_reward,
+        config.kl_kind,
+    )
+
+
+def ppo_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, config: RLHFPPOConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-level GAE over the response (eq-token-gae), whitened over the batch's valid tokens when
+    ``whiten_advantages``; the advantages and the critic's targets, the returns."""
+    advantages, returns = gae(rewards, values, config.gamma, config.lam, mask=mask)
+    if config.whiten_advantages:
+        advantages = masked_whiten(advantages, mask)
+    return advantages, returns
+
+
 def response_values(
     critic: ValueHeadModel, prompts: PromptBatch, response_ids: torch.Tensor, mask: torch.Tensor
 ) -> torch.Tensor:
@@ -323,6 +381,9 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     old log-probabilities, the history measures the mismatch (``sampler_kl``,
     ``sampler_ratio_over_cap``), and ``sampler_correction`` weighs the policy loss by truncated
     importance sampling.
+
+    ``keep`` names the models besides the actor that this trainer holds (all of them: the single
+    process); Chapter 13's worker roles each keep only their own.
     """
 
     algorithm = "rlhf_ppo"
@@ -336,8 +397,11 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         critic: ValueHeadModel | None = None,
         reward_model: PreTrainedModel | None = None,
         reward_tokenizer=None,
+        keep: Collection[str] = OTHER_MODELS,
     ):
         super().__init__(config)
+        for name in keep:
+            require(name in OTHER_MODELS, "keep", f"names from {OTHER_MODELS}", name)
         self.task = SortTask(config.num_digits)
         self.data = TaskData(self.task, seed=config.seed)
         if actor is None:
@@ -347,7 +411,11 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         require(tokenizer is not None, "tokenizer", "the actor's tokenizer", tokenizer)
         self.tokenizer = tokenizer
         self.reward_model, self.reward_tokenizer = None, None
-        if config.reward == "model":
+        builds_critic = "critic" in keep and critic is None
+        needs_reward_model = "reward_model" in keep or (
+            builds_critic and config.critic_from == "reward_model"
+        )
+        if config.reward == "model" and needs_reward_model:
             if reward_model is None:
                 require(
                     config.reward_model_folder is not None,
@@ -362,16 +430,15 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             require_matching_pad(reward_model, reward_tokenizer)
             self.reward_model = frozen(reward_model.to(config.device))
             self.reward_tokenizer = reward_tokenizer
-        if critic is None:
-            critic = self._critic_from_config(actor, tokenizer)
-        vocabulary = critic.backbone.get_input_embeddings().num_embeddings
-        require(
-            vocabulary == actor.get_input_embeddings().num_embeddings,
-            "critic",
-            "a critic that reads the actor's tokens (its embedding table has "
-            f"{actor.get_input_embeddings().num_embeddings} rows, the actor's vocabulary)",
-            f"a critic whose embedding table has {vocabulary} rows",
-        )
+        if builds_critic:
+            # the new value head's draws leave torch's streams as they were: a process that holds
+            # the actor without the critic (Chapter 13's roles) samples what this one samples
+            with torch.random.fork_rng():
+                critic = self._critic_from_config(actor, tokenizer)
+        if "critic" in keep:
+            require_reads_actor_tokens(critic, actor)
+        if "reward_model" not in keep:  # it was loaded only to start the critic from
+            self.reward_model = None
         longest = max_prompt_tokens(tokenizer, self.task) + config.max_new_tokens
         layout = "<bos> prompt response (num_digits and max_new_tokens)"
         self.prepare(actor, longest, "num_digits", layout)
@@ -384,14 +451,16 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             type(reference).__name__,
         )
         self.reference = reference
-        if config.lora_rank is None and self.reference is None:
+        if config.lora_rank is None and self.reference is None and "reference" in keep:
             self.reference = copy.deepcopy(actor)
         if self.reference is not None:
             self.reference = frozen(self.reference.to(config.device))
-        self.critic = critic.to(config.device).eval()
-        self.critic_optimizer = adamw_with_decay_groups(
-            self.critic, config.critic_learning_rate, config.weight_decay
-        )
+        self.critic, self.critic_optimizer = None, None
+        if "critic" in keep:
+            self.critic = critic.to(config.device).eval()
+            self.critic_optimizer = adamw_with_decay_groups(
+                self.critic, config.critic_learning_rate, config.weight_decay
+            )
         self.kl_controller = (
             AdaptiveKLController(config.kl_coef, config.target_kl, config.kl_horizon)
             if config.target_kl is not None
@@ -451,35 +520,21 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             with timer("values"):
                 values = response_values(self.critic, batch.prompts, batch.response_ids, mask)
             with timer("rewards"):
-                rewards = compute_rewards(
-                    batch.logprobs,
-                    ref_logprobs,
-                    scores,
-                    mask,
-                    self.kl_coef,
-                    config.clip_reward,
-                    config.kl_kind,
-                )
+                rewards = shaped_rewards(batch, ref_logprobs, scores, self.kl_coef, config)
             with timer("advantages"):
-                advantages, returns = gae(rewards, values, config.gamma, config.lam, mask=mask)
-                if config.whiten_advantages:
-                    advantages = masked_whiten(advantages, mask)
+                advantages, returns = ppo_advantages(rewards, values, mask, config)
         with timer("ppo_epochs"):
-            stats = self._ppo_epochs(batch, advantages, returns, values, sampler_logprobs)
-        valid = mask.to(batch.logprobs.dtype)
-        sequence_kl = ((batch.logprobs - ref_logprobs) * valid).sum(dim=1).mean().item()
+            rollout = Minibatch.of(batch, advantages, returns, values, sampler_logprobs)
+            stats = self._ppo_epochs(rollout)
         row = {
             "iteration": self.updates_done + 1,
-            "score": scores.mean().item(),
-            "task_reward": sum(map(self.task.reward, prompts, texts)) / len(prompts),
-            "kl": sequence_kl,  # mean over responses of the summed k1 estimate
+            **rollout_stats(self.task, prompts, texts, scores, batch, ref_logprobs),
             "kl_coef": self.kl_coef,
-            "response_length": valid.sum(dim=1).mean().item(),
             **stats,
             **{f"seconds_{phase}": seconds for phase, seconds in timer.seconds.items()},
         }
         if self.kl_controller is not None:
-            self.kl_coef = self.kl_controller.update(sequence_kl, config.batch_size)
+            self.kl_coef = self.kl_controller.update(row["kl"], config.batch_size)
         return row
 
     def _generate(self, prompts: list[str]) -> tuple[ResponseBatch, torch.Tensor | None]:
@@ -524,24 +579,16 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         return batch.logprobs_under(self.reference)
 
     def _ppo_epochs(
-        self, batch, advantages, returns, old_values, sampler_logprobs=None
+        self, rollout: Minibatch, steps: Collection[str] = PPO_STEPS
     ) -> dict[str, float]:
         """``ppo_epochs`` passes over the responses in shuffled minibatches: a clipped policy step
         of the actor and a clipped value step of the critic on each. ``first_ratio_error`` is the
         largest ``|ratio - 1|`` of the first minibatch (averaged over its micro-batches, if any):
-        0 up to rounding, since the rollout and the update compute the same log-probabilities."""
-        config, sums, steps = self.config, {}, 0
+        0 up to rounding, since the rollout and the update compute the same log-probabilities.
+        ``steps``: only the actor's or the critic's (the two never read each other's weights, so
+        workers of their own take the same steps on the same minibatches)."""
+        config, sums, num_steps = self.config, {}, 0
         first_ratio_error = None
-        rollout = Minibatch(
-            batch.prompts,
-            batch.response_ids,
-            batch.response_mask,
-            batch.logprobs,
-            advantages,
-            returns,
-            old_values,
-            sampler_logprobs,
-        )
         for _ in range(config.ppo_epochs):
             order = torch.randperm(config.batch_size, generator=self.shuffle)
             for start in range(0, config.batch_size, config.minibatch_size):
@@ -551,15 +598,16 @@ class RLHFPPOTrainer(LanguageModelTrainer):
                     for part in split(range(len(minibatch.response_ids)), config.micro_batch_size)
                 ]
                 weights = [float(piece.mask.sum()) for piece in pieces]
-                actor = self._actor_step(pieces, weights)
-                critic = self._critic_step(pieces, weights)
-                ratio_error = actor.pop("ratio_error")
-                if first_ratio_error is None:
-                    first_ratio_error = ratio_error
+                actor = self._actor_step(pieces, weights) if "actor" in steps else {}
+                critic = self._critic_step(pieces, weights) if "critic" in steps else {}
+                if first_ratio_error is None and "actor" in steps:
+                    first_ratio_error = actor["ratio_error"]
+                actor.pop("ratio_error", None)
                 for name, value in {**actor, **critic}.items():
                     sums[name] = sums.get(name, 0.0) + value
-                steps += 1
-        return {"first_ratio_error": first_ratio_error, **{k: v / steps for k, v in sums.items()}}
+                num_steps += 1
+        first = {"first_ratio_error": first_ratio_error} if "actor" in steps else {}
+        return {**first, **{k: v / num_steps for k, v in sums.items()}}
 
     def _actor_step(self, pieces: list[Minibatch], weights: list[float]) -> dict[str, float]:
         """One AdamW step of the actor on the clipped surrogate (eq-ppo-clip), over a minibatch's
@@ -638,6 +686,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         the training temperature, and the KL to the reference (``per_prompt``: lists over the
         prompts, and the completions)."""
         prompts = heldout_prompts(self.data, num_prompts)
+        has_reference = self.reference is not None or self.config.lora_rank is not None
         with torch.no_grad(), self.autocast():
             return held_out_scores(
                 self.model,
@@ -649,7 +698,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
                 oracle=PreferenceOracle(self.task),
                 reward_model=self.reward_model,
                 reward_tokenizer=self.reward_tokenizer,
-                reference_logprobs=self.reference_logprobs,
+                reference_logprobs=self.reference_logprobs if has_reference else None,
                 seed=seed,
                 per_prompt=per_prompt,
             )
@@ -701,6 +750,21 @@ class Minibatch:
     returns: torch.Tensor
     old_values: torch.Tensor
     sampler_logprobs: torch.Tensor | None = None  # a separate sampler's, when there is one
+
+    @classmethod
+    def of(cls, batch: ResponseBatch, advantages, returns, old_values, sampler_logprobs=None):
+        """An iteration's whole rollout: the sampled batch (its log-probabilities are PPO's old
+        ones) with its advantages, returns and values."""
+        return cls(
+            batch.prompts,
+            batch.response_ids,
+            batch.response_mask,
+            batch.logprobs,
+            advantages,
+            returns,
+            old_values,
+            sampler_logprobs,
+        )
 
     def select(self, index: torch.Tensor) -> Minibatch:
         """The rows ``index``."""

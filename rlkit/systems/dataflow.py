@@ -1,13 +1,15 @@
-"""The single controller (Chapter 13): one driver holds Chapter 11's GRPO dataflow and calls the
-roles wherever they run.
+"""The single controller (Chapter 13): one driver holds the dataflow of Chapter 11's GRPO or
+Chapter 10's RLHF-PPO and calls the roles wherever they run.
 
-An iteration is the dataflow of eq-grpo-advantage and eq-grpo-objective as calls: the driver
+A GRPO iteration is the dataflow of eq-grpo-advantage and eq-grpo-objective as calls: the driver
 draws the prompts, the ``actor`` generates, the ``reward`` scores, the ``reference`` gives its
 log-probabilities (``beta > 0``), the driver computes the group advantages, and the ``actor``
-updates. ``hosts`` maps each role to the host that runs it: ``LocalHost`` objects in this process,
-or ``rlkit.systems.ray_controller``'s Ray actors. Each host reports the seconds a call computed;
-the rest of the call's wall time (serialising, sending, waiting to be scheduled) is counted as
-``dispatch``, the single controller's own cost.
+updates. An RLHF-PPO iteration adds the ``critic``: its values of the response tokens feed the
+driver's token-level GAE over the KL-shaped rewards (eq-rlhf-reward, eq-token-gae), and it takes its
+value steps beside the actor's policy steps. ``hosts`` maps each role to the host that runs it:
+``LocalHost`` objects in this process, or ``rlkit.systems.ray_controller``'s Ray actors. Each host
+reports the seconds a call computed; the rest of the call's wall time (serialising, sending, waiting
+to be scheduled) is counted as ``dispatch``, the single controller's own cost.
 """
 
 from __future__ import annotations
@@ -19,10 +21,28 @@ from typing import Protocol
 
 from rlkit.llm.grpo import GRPOConfig, Sampled, rollout_from, sampling_stats
 from rlkit.llm.models import load_tokenizer
+from rlkit.llm.rlhf_ppo import (
+    AdaptiveKLController,
+    Minibatch,
+    RLHFPPOConfig,
+    ppo_advantages,
+    rollout_stats,
+    shaped_rewards,
+)
 from rlkit.llm.tasks import TaskData, make_task
 from rlkit.training import is_count, require
 
-__all__ = ["PHASES", "AsyncGRPODataflow", "GRPODataflow", "Host", "roles_needed"]
+__all__ = [
+    "PHASES",
+    "PPO_PHASES",
+    "AsyncGRPODataflow",
+    "Dataflow",
+    "GRPODataflow",
+    "Host",
+    "PPODataflow",
+    "dataflow_for",
+    "roles_needed",
+]
 
 # "generate_wait": how long the driver waited for an overlapped generation and the scores started
 # on it (asynchronous rollouts);
@@ -35,6 +55,18 @@ PHASES = (
     "advantages",
     "policy",
     "weights",
+    "dispatch",
+)
+# RLHF-PPO's: "values", the critic's of the response tokens; "critic", its value steps (beside
+# the actor's, "policy")
+PPO_PHASES = (
+    "generate",
+    "score",
+    "reference",
+    "values",
+    "advantages",
+    "policy",
+    "critic",
     "dispatch",
 )
 
@@ -50,41 +82,60 @@ class Host(Protocol):
     def wait(self, submitted: object) -> tuple[object, float]: ...
 
 
-def require_dataflow_settings(config: GRPOConfig) -> None:
-    """The settings the distributed dataflow runs: one round of sampling per iteration, and the
-    roles built from a saved model."""
-    require(
-        config.dynamic_sampling_rounds == 0,
-        "dynamic_sampling_rounds",
-        "0 in the distributed dataflow (extra sampling rounds are the single-process trainer's)",
-        config.dynamic_sampling_rounds,
-    )
+def require_dataflow_settings(config: GRPOConfig | RLHFPPOConfig) -> None:
+    """The settings the distributed dataflow runs: the roles built from saved models, and (GRPO)
+    one round of sampling per iteration."""
     require(
         config.sft_folder is not None,
         "sft_folder",
         "a saved model's folder or hub name (each worker loads the policy from it)",
         None,
     )
+    if isinstance(config, RLHFPPOConfig):
+        require(
+            config.reward != "model" or config.reward_model_folder is not None,
+            "reward_model_folder",
+            "a saved reward model's folder (the reward worker loads it)",
+            None,
+        )
+        return
+    require(
+        config.dynamic_sampling_rounds == 0,
+        "dynamic_sampling_rounds",
+        "0 in the distributed dataflow (extra sampling rounds are the single-process trainer's)",
+        config.dynamic_sampling_rounds,
+    )
 
 
-def roles_needed(config: GRPOConfig, asynchronous: bool = False) -> list[str]:
-    """The roles a run of ``config`` has: the actor and the reward, a reference of its own with a
-    KL term and no LoRA, and a rollout worker apart from the actor when it is asynchronous."""
+def separate_reference(config: GRPOConfig | RLHFPPOConfig) -> bool:
+    """A reference worker of its own: without LoRA (with LoRA, the actor's disabled adapters are
+    the reference) and, in GRPO, with a KL term (RLHF-PPO always reads the KL)."""
+    with_kl = isinstance(config, RLHFPPOConfig) or config.beta > 0
+    return with_kl and config.lora_rank is None
+
+
+def roles_needed(config: GRPOConfig | RLHFPPOConfig, asynchronous: bool = False) -> list[str]:
+    """The roles a run of ``config`` has: the actor and the reward, RLHF-PPO's critic, a
+    reference of its own (``separate_reference``), and a rollout worker apart from the actor when
+    it is asynchronous."""
     roles = ["actor", "reward"]
-    if GRPODataflow.separate_reference(config):
+    if isinstance(config, RLHFPPOConfig):
+        roles.append("critic")
+    if separate_reference(config):
         roles.append("reference")
     if asynchronous:
         roles.append("rollout")
     return roles
 
 
-class GRPODataflow:
-    """Chapter 11's GRPO iteration, driven from one process: the single controller. (A run is
-    not checkpointed: the driver's prompt stream and the workers' random streams are not saved.)"""
+class Dataflow:
+    """What a single controller holds whatever the algorithm: the hosts of the roles, the run's
+    prompt stream, the history, and calls timed as computing and dispatch. (A run is not
+    checkpointed: the driver's prompt stream and the workers' random streams are not saved.)"""
 
-    def __init__(
-        self, config: GRPOConfig, hosts: dict[str, Host], rank: int = 0, world_size: int = 1
-    ):
+    phases: tuple[str, ...] = PHASES
+
+    def __init__(self, config, hosts: dict[str, Host], rank: int = 0, world_size: int = 1):
         """``rank`` of ``world_size`` (the SPMD ranks of ``rlkit.systems.spmd``): every rank
         draws the ``world_size`` ranks' prompts from the run's one stream and keeps its share."""
         require_dataflow_settings(config)
@@ -96,18 +147,12 @@ class GRPODataflow:
             sorted(hosts),
         )
         self.config, self.hosts = config, hosts
-        self.task = make_task(config.task, num_digits=config.num_digits)
+        self.task = make_task(getattr(config, "task", "sort"), num_digits=config.num_digits)
         self.data = TaskData(self.task, seed=config.seed)
         self.eos_token_id = load_tokenizer(config.sft_folder).eos_token_id
         self.rank, self.world_size = rank, world_size
         self.history: list[dict[str, float]] = []
         self.keep_rollouts, self.rollouts = False, []  # the first iteration's, for tests
-
-    @staticmethod
-    def separate_reference(config: GRPOConfig) -> bool:
-        """A reference worker of its own: with a KL term and without LoRA (with LoRA, the actor's
-        disabled adapters are the reference)."""
-        return config.beta > 0 and config.lora_rank is None
 
     def _call(self, seconds: dict[str, float], phase: str, role: str, method: str, *args):
         start = time.perf_counter()
@@ -115,6 +160,44 @@ class GRPODataflow:
         seconds[phase] += computed
         seconds["dispatch"] += time.perf_counter() - start - computed
         return result
+
+    def _reference_call(self) -> tuple[str, str]:
+        """The role and method that give the reference's log-probabilities of a ``Generated``:
+        the reference worker's, or with LoRA the actor's (its adapters disabled)."""
+        if separate_reference(self.config):
+            return "reference", "logprobs_of"
+        return "actor", "reference_logprobs_of"
+
+    def _keep_first(self, rollout) -> None:
+        if self.keep_rollouts:
+            self.rollouts.append(rollout)
+            self.keep_rollouts = False  # the first is what the SPMD test compares
+
+    def run_iteration(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def run(self, num_iterations: int | None = None) -> list[dict[str, float]]:
+        """``num_iterations`` iterations (None: the config's); the history."""
+        for _ in range(self.config.num_iterations if num_iterations is None else num_iterations):
+            self.run_iteration()
+        return self.history
+
+    def close(self) -> None:
+        """Stops the hosts that are processes of their own (Ray actors); local ones have nothing
+        to stop."""
+        for host in {id(host): host for host in self.hosts.values()}.values():
+            if hasattr(host, "kill"):
+                host.kill()
+
+    def evaluate(self, num_prompts: int | None = None, seed: int = 0) -> dict:
+        """The actor's held-out scores (its trainer's ``evaluate``, computed where the actor is;
+        scores that need a model the actor's worker does not hold, such as RLHF's proxy reward,
+        are left out)."""
+        return self.hosts["actor"].call("actor", "evaluate", num_prompts, seed)[0]
+
+
+class GRPODataflow(Dataflow):
+    """Chapter 11's GRPO iteration, driven from one process: the single controller."""
 
     def run_iteration(self) -> dict[str, float]:
         """One iteration, the phases of eq-sync-iteration-time in order; its history row (the
@@ -132,9 +215,7 @@ class GRPODataflow:
             (rollout.advantages.view(-1, config.group_size) == 0).all(dim=1).float().mean()
         )
         seconds["advantages"] += time.perf_counter() - start
-        if self.keep_rollouts:
-            self.rollouts.append(rollout)
-            self.keep_rollouts = False  # the first is what the SPMD test compares
+        self._keep_first(rollout)
         stats |= self._call(seconds, "policy", "actor", "update", rollout)
         self._after_update(seconds)
         row = {
@@ -158,13 +239,6 @@ class GRPODataflow:
         repeated = self._draw_prompts()
         return repeated, self._call(seconds, "generate", "actor", "generate", repeated)
 
-    def _reference_call(self) -> tuple[str, str]:
-        """The role and method that give the reference's log-probabilities of a ``Generated``:
-        the reference worker's, or with LoRA the actor's (its adapters disabled)."""
-        if self.separate_reference(self.config):
-            return "reference", "logprobs_of"
-        return "actor", "reference_logprobs_of"
-
     def _score(self, seconds: dict[str, float], repeated: list[str], generated):
         """The completions' rewards and (``beta > 0``) the reference's log-probabilities."""
         rewards = self._call(seconds, "score", "reward", "rewards", repeated, generated)
@@ -177,22 +251,75 @@ class GRPODataflow:
     def _after_update(self, seconds: dict[str, float]) -> None:
         """Nothing: the actor that steps is the one that samples."""
 
-    def run(self, num_iterations: int | None = None) -> list[dict[str, float]]:
-        """``num_iterations`` iterations (None: the config's); the history."""
-        for _ in range(self.config.num_iterations if num_iterations is None else num_iterations):
-            self.run_iteration()
-        return self.history
 
-    def close(self) -> None:
-        """Stops the hosts that are processes of their own (Ray actors); local ones have nothing
-        to stop."""
-        for host in {id(host): host for host in self.hosts.values()}.values():
-            if hasattr(host, "kill"):
-                host.kill()
+class PPODataflow(Dataflow):
+    """Chapter 10's RLHF-PPO iteration, driven from one process: the four models of
+    ``RLHFPPOTrainer`` as roles (actor, critic, reference, reward), the KL-shaped rewards, the
+    advantages and the adaptive KL coefficient in the driver."""
 
-    def evaluate(self, num_prompts: int | None = None, seed: int = 0) -> dict:
-        """The actor's held-out scores (``GRPOTrainer.evaluate``, computed where the actor is)."""
-        return self.hosts["actor"].call("actor", "evaluate", num_prompts, seed)[0]
+    phases = PPO_PHASES
+
+    def __init__(self, config: RLHFPPOConfig, hosts: dict[str, Host]):
+        super().__init__(config, hosts)
+        self.kl_coef = config.kl_coef
+        self.kl_controller = None
+        if config.target_kl is not None:
+            self.kl_controller = AdaptiveKLController(
+                config.kl_coef, config.target_kl, config.kl_horizon
+            )
+
+    def run_iteration(self) -> dict[str, float]:
+        """One iteration, the single process's phases in its order; the critic's value steps run
+        beside the actor's policy steps (eq-sync-iteration-time with the two updates overlapped
+        where they are placed apart)."""
+        config, seconds = self.config, dict.fromkeys(self.phases, 0.0)
+        iteration_start = time.perf_counter()
+        prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
+        generated = self._call(seconds, "generate", "actor", "generate", prompts)
+        scores = self._call(seconds, "score", "reward", "rewards", prompts, generated)
+        role, method = self._reference_call()
+        ref_logprobs = self._call(seconds, "reference", role, method, generated)
+        values = self._call(seconds, "values", "critic", "values", generated)
+        start = time.perf_counter()
+        batch, mask = generated.batch, generated.batch.response_mask
+        rewards = shaped_rewards(batch, ref_logprobs, scores, self.kl_coef, config)
+        advantages, returns = ppo_advantages(rewards, values, mask, config)
+        rollout = Minibatch.of(batch, advantages, returns, values, generated.sampler_logprobs)
+        seconds["advantages"] += time.perf_counter() - start
+        self._keep_first(rollout)
+        row = {
+            "iteration": len(self.history) + 1,
+            **rollout_stats(self.task, prompts, generated.texts, scores, batch, ref_logprobs),
+            "kl_coef": self.kl_coef,
+            **self._updates(seconds, rollout),
+            **{f"seconds_{phase}": value for phase, value in seconds.items()},
+            "seconds_iteration": time.perf_counter() - iteration_start,  # wall clock
+        }
+        self.history.append(row)
+        if self.kl_controller is not None:
+            self.kl_coef = self.kl_controller.update(row["kl"], config.batch_size)
+        return row
+
+    def _updates(self, seconds: dict[str, float], rollout: Minibatch) -> dict[str, float]:
+        """The actor's and the critic's steps on the rollout, both started before either is
+        waited for; the pair's wall time beyond the longer of the two is dispatch."""
+        start = time.perf_counter()
+        policy = self.hosts["actor"].submit("actor", "update", rollout)
+        critic = self.hosts["critic"].submit("critic", "update", rollout)
+        (actor_stats, seconds["policy"]), (critic_stats, seconds["critic"]) = (
+            self.hosts["actor"].wait(policy),
+            self.hosts["critic"].wait(critic),
+        )
+        wall = time.perf_counter() - start
+        seconds["dispatch"] += max(0.0, wall - max(seconds["policy"], seconds["critic"]))
+        return actor_stats | critic_stats
+
+
+def dataflow_for(config: GRPOConfig | RLHFPPOConfig, hosts: dict[str, Host]) -> Dataflow:
+    """The synchronous single controller of ``config``'s algorithm."""
+    if isinstance(config, RLHFPPOConfig):
+        return PPODataflow(config, hosts)
+    return GRPODataflow(config, hosts)
 
 
 def require_async_settings(config: GRPOConfig, staleness: int, measure_mismatch: bool) -> None:
@@ -299,7 +426,7 @@ class AsyncGRPODataflow(GRPODataflow):
         (With LoRA the actor computes the reference: it is asked later, after it is free.)"""
         rewards = self.hosts["reward"].submit("reward", "rewards", repeated, generation)
         reference = None
-        if self.separate_reference(self.config):
+        if separate_reference(self.config):
             reference = self.hosts["reference"].submit("reference", "logprobs_of", generation)
         return rewards, reference
 

@@ -1,5 +1,5 @@
 """The single controller on Ray (Chapter 13): the roles of ``rlkit.systems.roles`` in Ray actors,
-the dataflow in the driver (``GRPODataflow``), placement as configuration.
+the dataflow in the driver (``GRPODataflow`` or ``PPODataflow``), placement as configuration.
 
 ``placement`` groups the roles into worker processes: ``"split"`` gives each role a process of its
 own, ``"colocated"`` puts them all in one (verl colocates its actor, rollout and reference in one
@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlkit.llm.grpo import GRPOConfig
+from rlkit.llm.rlhf_ppo import RLHFPPOConfig
 from rlkit.systems.dataflow import (
     AsyncGRPODataflow,
-    GRPODataflow,
+    Dataflow,
+    dataflow_for,
     require_async_settings,
     require_dataflow_settings,
     roles_needed,
@@ -42,6 +44,7 @@ __all__ = [
 
 PLACEMENTS = ("split", "colocated")
 STATELESS_ROLES = ("reference", "reward")  # rebuilt from the config: a restart loses nothing
+# (the actor and RLHF-PPO's critic hold trained weights and their optimizers)
 
 
 class WorkerFailed(RuntimeError):
@@ -150,7 +153,11 @@ class RayHost:
     process)."""
 
     def __init__(
-        self, config: GRPOConfig, roles: list[str], call_timeout: float, num_gpus: float = 0.0
+        self,
+        config: GRPOConfig | RLHFPPOConfig,
+        roles: list[str],
+        call_timeout: float,
+        num_gpus: float = 0.0,
     ):
         import ray
 
@@ -206,19 +213,26 @@ class RayHost:
 
 
 def ray_dataflow(
-    config: GRPOConfig,
+    config: GRPOConfig | RLHFPPOConfig,
     placement: str | Sequence[Sequence[str]] = "split",
     call_timeout: float = 600.0,
     staleness: int | None = None,
     measure_mismatch: bool = True,
     gpus_per_worker: float | None = None,
-) -> GRPODataflow:
-    """Chapter 11's GRPO run by a single controller over Ray actors placed as ``placement``
-    (starts Ray when it is not running; ``stop_ray`` ends it). With ``staleness`` (an integer),
-    a rollout worker generates up to that many batches ahead of the actor's training
-    (``AsyncGRPODataflow``, with its ``measure_mismatch``); None: the actor samples itself,
-    synchronously. ``gpus_per_worker`` (Ray's ``num_gpus`` of each worker process; None: none on
-    the CPU, and on CUDA an equal share of one GPU, so that every worker sees it)."""
+) -> Dataflow:
+    """Chapter 11's GRPO (a ``GRPOConfig``) or Chapter 10's RLHF-PPO (an ``RLHFPPOConfig``) run by
+    a single controller over Ray actors placed as ``placement`` (starts Ray when it is not running;
+    ``stop_ray`` ends it). With ``staleness`` (an integer; GRPO only), a rollout worker generates up
+    to that many batches ahead of the actor's training (``AsyncGRPODataflow``, with its
+    ``measure_mismatch``); None: the actor samples itself, synchronously. ``gpus_per_worker`` (Ray's
+    ``num_gpus`` of each worker process; None: none on the CPU, and on CUDA an equal share of one
+    GPU, so that every worker sees it)."""
+    require(
+        staleness is None or isinstance(config, GRPOConfig),
+        "staleness",
+        "None for RLHF-PPO (asynchronous rollouts are GRPO's here)",
+        staleness,
+    )
     if staleness is None:
         require_dataflow_settings(config)
     else:
@@ -235,7 +249,7 @@ def ray_dataflow(
             host = RayHost(config, group, call_timeout, gpus_per_worker)
             hosts |= dict.fromkeys(group, host)
         if staleness is None:
-            return GRPODataflow(config, hosts)
+            return dataflow_for(config, hosts)
         return AsyncGRPODataflow(config, hosts, staleness, measure_mismatch)
     except BaseException:
         for host in {id(host): host for host in hosts.values()}.values():

@@ -1,14 +1,16 @@
-"""The worker roles of Chapter 11's GRPO dataflow (Chapter 13): what each node of the dataflow
-computes, with no word about where it runs.
+"""The worker roles of Chapter 10's RLHF-PPO and Chapter 11's GRPO dataflows (Chapter 13): what
+each node of the dataflow computes, with no word about where it runs.
 
 Every role is a plain object with a few methods: the ``actor`` samples completions and updates the
 policy, the ``reference`` gives the frozen start's log-probabilities, the ``reward`` scores the
-completions with the task's verifiable reward; the ``rollout`` worker generates apart from the
-actor (asynchronous training). A host (``LocalHost`` here, ``rlkit.systems.ray_controller``'s
-Ray actors, or one rank of ``rlkit.systems.spmd``) builds the roles it is given and runs their
-methods; the driver (``rlkit.systems.dataflow``) holds the dataflow and calls them. Each role is
-built from the run's ``GRPOConfig`` alone, so that a host in another process builds the same
-object from the same settings, and the same random streams make it compute the same numbers.
+completions (the task's verifiable reward, or RLHF's reward model), the ``critic`` (RLHF-PPO) gives
+the values of the response tokens and takes the value steps; the ``rollout`` worker generates apart
+from the actor (GRPO's asynchronous training). A host (``LocalHost`` here,
+``rlkit.systems.ray_controller``'s Ray actors, or one rank of ``rlkit.systems.spmd``) builds the
+roles it is given and runs their methods; the driver (``rlkit.systems.dataflow``) holds the dataflow
+and calls them. Each role is built from the run's config alone (a ``GRPOConfig`` or an
+``RLHFPPOConfig``), so that a host in another process builds the same object from the same settings,
+and the same random streams make it compute the same numbers.
 """
 
 from __future__ import annotations
@@ -24,18 +26,24 @@ import torch
 from rlkit.llm.generation import ResponseBatch, generate
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer, Rollout, task_rewards
 from rlkit.llm.models import load_causal_lm
+from rlkit.llm.rlhf_ppo import Minibatch, RLHFPPOConfig, RLHFPPOTrainer, response_values
 from rlkit.llm.tasks import make_task
 from rlkit.llm.trainer import frozen, uses_bf16
 from rlkit.training import require
 
 __all__ = [
+    "PPO_ROLES",
     "ROLES",
     "ActorRole",
+    "CriticRole",
     "Generated",
     "LocalHost",
+    "PPOActorRole",
+    "PPORewardRole",
     "ReferenceRole",
     "RewardRole",
     "RolloutRole",
+    "roles_of",
 ]
 
 
@@ -171,12 +179,95 @@ class RewardRole:
         return task_rewards(self.task, self.config, prompts, generated.texts, generated.batch)
 
 
+class PPOActorRole(ActorRole):
+    """RLHF-PPO's policy (Chapter 10): it samples the responses and takes PPO's policy steps
+    (eq-ppo-clip); the critic, the reference and the reward model are other roles."""
+
+    def __init__(self, config: RLHFPPOConfig):
+        self.trainer = RLHFPPOTrainer(config, keep=())
+
+    def generate(self, prompts: list[str]) -> Generated:
+        """One response per prompt, as the single process samples it (its separate sampler, where
+        the config injects one, included)."""
+        trainer = self.trainer
+        with trainer.autocast():
+            batch, sampler_logprobs = trainer._generate(prompts)
+        return Generated(batch, batch.texts(trainer.tokenizer), sampler_logprobs)
+
+    def update(self, rollout: Minibatch) -> dict[str, float]:
+        """The actor's half of ``ppo_epochs`` passes: its steps on the shuffled minibatches."""
+        stats = self.trainer._ppo_epochs(rollout, steps=("actor",))
+        self.trainer.updates_done += 1
+        return stats
+
+    def state_dict(self) -> dict:
+        """The policy and its optimizer (the trainer's whole state names models it does not
+        hold)."""
+        return {
+            "model": self.trainer.model.state_dict(),
+            "optimizer": self.trainer.optimizer.state_dict(),
+        }
+
+
+def without_policy(trainer: RLHFPPOTrainer) -> RLHFPPOTrainer:
+    """A trainer that keeps another model and never runs the policy: its actor (loaded to start a
+    critic from, and to build the trainer around) is let go."""
+    trainer.model = trainer.optimizer = trainer.sampler = None
+    return trainer
+
+
+class CriticRole:
+    """RLHF-PPO's value model: ``V(s_t)`` for every response token, and PPO's value steps
+    (eq-ppo-value-clip) on the same shuffled minibatches as the actor's (the two never read each
+    other's weights)."""
+
+    def __init__(self, config: RLHFPPOConfig):
+        self.trainer = without_policy(RLHFPPOTrainer(config, keep=("critic",)))
+
+    def values(self, generated: Generated) -> torch.Tensor:
+        batch, trainer = generated.batch, self.trainer
+        with torch.no_grad(), trainer.autocast():
+            return response_values(
+                trainer.critic, batch.prompts, batch.response_ids, batch.response_mask
+            )
+
+    def update(self, rollout: Minibatch) -> dict[str, float]:
+        stats = self.trainer._ppo_epochs(rollout, steps=("critic",))
+        self.trainer.updates_done += 1
+        return stats
+
+    def state_dict(self) -> dict:
+        return {"critic": self.trainer.critic.state_dict()}
+
+
+class PPORewardRole:
+    """RLHF-PPO's score of each response: the reward model's (or the task's exact match), less the
+    missing-EOS penalty where the config sets one."""
+
+    def __init__(self, config: RLHFPPOConfig):
+        self.trainer = without_policy(RLHFPPOTrainer(config, keep=("reward_model",)))
+
+    def rewards(self, prompts: list[str], generated: Generated) -> torch.Tensor:
+        return self.trainer._scores(prompts, generated.texts, generated.batch)
+
+
 ROLES = {
     "actor": ActorRole,
     "rollout": RolloutRole,
     "reference": ReferenceRole,
     "reward": RewardRole,
 }
+PPO_ROLES = {
+    "actor": PPOActorRole,
+    "critic": CriticRole,
+    "reference": ReferenceRole,
+    "reward": PPORewardRole,
+}
+
+
+def roles_of(config) -> dict[str, type]:
+    """The role classes of ``config``'s algorithm: RLHF-PPO's or GRPO's."""
+    return PPO_ROLES if isinstance(config, RLHFPPOConfig) else ROLES
 
 
 @dataclass
@@ -192,13 +283,14 @@ class LocalHost:
     each SPMD rank runs inside. ``call`` returns a method's result with the seconds it computed,
     so that a driver can tell computing from dispatching."""
 
-    def __init__(self, config: GRPOConfig, role_names: list[str]):
+    def __init__(self, config: GRPOConfig | RLHFPPOConfig, role_names: list[str]):
+        classes = roles_of(config)
         for name in role_names:
-            require(name in ROLES, "role", f"one of {tuple(ROLES)}", name)
+            require(name in classes, "role", f"one of {tuple(classes)}", name)
         # the actor and the rollout last: their trainers seed the random streams they sample with,
         # and loading another role's model may draw from them
         order = sorted(role_names, key=lambda name: name in ("actor", "rollout"))
-        self.roles = {name: ROLES[name](config) for name in order}
+        self.roles = {name: classes[name](config) for name in order}
 
     def call(self, role: str, method: str, *args):
         start = time.perf_counter()

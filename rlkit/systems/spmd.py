@@ -49,6 +49,12 @@ DATA_PARALLEL_LOSSES = ("grpo", "dr_grpo")
 
 def require_data_parallel_settings(config: GRPOConfig, world_size: int) -> None:
     """The settings whose step on ``world_size`` ranks is the single process's step."""
+    require(
+        isinstance(config, GRPOConfig),
+        "config",
+        "a GRPOConfig (the SPMD ranks run GRPO; run RLHF-PPO in one process or on Ray)",
+        type(config).__name__,
+    )
     require_dataflow_settings(config)
     require(
         config.prompts_per_iteration % world_size == 0,

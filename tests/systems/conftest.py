@@ -1,5 +1,6 @@
-"""What the Ray and torchrun tests share: a tiny policy saved as a folder (each worker loads it),
-a run small enough for seconds, and the single-process reference every variant is compared to."""
+"""What the Ray and torchrun tests share: a tiny policy (and RLHF's reward model) saved as folders
+(each worker loads them), runs small enough for seconds, and the single-process reference every
+variant is compared to."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ import pytest
 import torch
 
 from rlkit.llm.grpo import GRPOConfig, GRPOTrainer
-from rlkit.llm.models import build_causal_lm, tiny_config
+from rlkit.llm.models import build_causal_lm, build_reward_model, tiny_config
+from rlkit.llm.rlhf_ppo import RLHFPPOConfig, RLHFPPOTrainer
 from rlkit.llm.tokenizer import build_char_tokenizer
 
 # partial credit per position: an untrained policy's groups already differ in reward
 RUN = dict(num_iterations=3, prompts_per_iteration=4, group_size=4, num_digits=4, beta=0.04)
+# RLHF-PPO: two minibatches per epoch, two epochs, and the adaptive KL coefficient in the driver
+PPO_RUN = dict(
+    num_iterations=3, batch_size=8, minibatch_size=4, ppo_epochs=2, num_digits=4, target_kl=0.5
+)
 
 
 @pytest.fixture(scope="package")
@@ -30,16 +36,30 @@ def config(policy_folder):
     return GRPOConfig(sft_folder=policy_folder, **RUN)
 
 
+@pytest.fixture(scope="package")
+def ppo_config(policy_folder, tmp_path_factory):
+    tokenizer = build_char_tokenizer()
+    folder = tmp_path_factory.mktemp("reward_model")
+    build_reward_model(tiny_config(tokenizer), seed=1).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return RLHFPPOConfig(sft_folder=policy_folder, reward_model_folder=str(folder), **PPO_RUN)
+
+
 def without_timings(rows):
     return [{k: v for k, v in row.items() if not k.startswith("seconds_")} for row in rows]
 
 
-def single_process(config: GRPOConfig, iterations: int):
-    """Chapter 11's trainer in this process: its history (without timings) and final weights."""
-    trainer = GRPOTrainer(config)
+def single_process(config: GRPOConfig | RLHFPPOConfig, iterations: int, with_critic=False):
+    """Chapter 11's (or 10's) trainer in this process: its history (without timings) and final
+    weights (``with_critic``: the critic's too)."""
+    trainer_class = RLHFPPOTrainer if isinstance(config, RLHFPPOConfig) else GRPOTrainer
+    trainer = trainer_class(config)
     for _ in range(iterations):
         trainer.run_update()
-    return without_timings(trainer.history), trainer.model.state_dict()
+    weights = trainer.model.state_dict()
+    if with_critic:
+        return without_timings(trainer.history), weights, trainer.critic.state_dict()
+    return without_timings(trainer.history), weights
 
 
 def assert_same_weights(state, expected, tolerance=1e-6):

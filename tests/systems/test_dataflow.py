@@ -1,7 +1,8 @@
 """The dataflow's roles and drivers in one process (no Ray, no torchrun): the single controller's
-iteration equals Chapter 11's trainer; asynchronous rollouts with staleness ``s`` equal the trainer
-whose sampler lags by ``s`` (0: the synchronous run); the SPMD helpers split a run into ranks'
-shares and report a failed rank; bad settings name their field."""
+iteration equals Chapter 11's GRPO trainer and Chapter 10's RLHF-PPO trainer; asynchronous rollouts
+with staleness ``s`` equal the trainer whose sampler lags by ``s`` (0: the synchronous run); the
+SPMD helpers split a run into ranks' shares and report a failed rank; bad settings name their
+field."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import dataclasses
 
 import pytest
 
-from rlkit.systems import AsyncGRPODataflow, GRPODataflow, LocalHost, roles_needed
+from rlkit.systems import (
+    AsyncGRPODataflow,
+    GRPODataflow,
+    LocalHost,
+    PPODataflow,
+    dataflow_for,
+    roles_needed,
+)
 from rlkit.systems.spmd import failure_report, rank_config, rank_seed
 from tests.systems.conftest import (
     assert_same_history,
@@ -37,6 +45,41 @@ def test_the_driver_over_local_roles_is_the_single_process_trainer(config, with_
     weights = flow.hosts["actor"].call("actor", "state_dict")[0]["model"]
     assert_same_weights(weights, expected_weights)
     assert set(flow.history[0]) >= {f"seconds_{phase}" for phase in ("generate", "dispatch")}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"lora_rank": 4, "lora_alpha": 8.0, "critic_from": "policy", "target_kl": None}],
+    ids=["full-adaptive-kl", "lora-critic-from-policy"],
+)
+def test_the_ppo_driver_over_local_roles_is_the_single_process_trainer(ppo_config, change):
+    config = dataclasses.replace(ppo_config, **change)
+    expected, expected_actor, expected_critic = single_process(
+        config, config.num_iterations, with_critic=True
+    )
+    roles = roles_needed(config)
+    assert roles == ["actor", "reward", "critic"] + ([] if change else ["reference"])
+    flow = dataflow_for(config, dict.fromkeys(roles, LocalHost(config, roles)))
+    assert isinstance(flow, PPODataflow)
+    history = flow.run()
+    assert_same_history(history, expected)
+    assert history[0]["first_ratio_error"] < 1e-6
+    if config.target_kl is not None:  # the driver's controller moved the coefficient
+        assert history[-1]["kl_coef"] != history[0]["kl_coef"]
+    actor = flow.hosts["actor"].call("actor", "state_dict")[0]["model"]
+    assert_same_weights(actor, expected_actor)
+    assert_same_weights(
+        flow.hosts["critic"].call("critic", "state_dict")[0]["critic"], expected_critic
+    )
+    assert {f"seconds_{phase}" for phase in ("values", "critic")} <= set(history[0])
+
+
+def test_each_ppo_role_holds_only_its_own_model(ppo_config):
+    host = LocalHost(ppo_config, roles_needed(ppo_config))
+    actor, critic, reward = (host.roles[name].trainer for name in ("actor", "critic", "reward"))
+    assert actor.critic is None and actor.reference is None and actor.reward_model is None
+    assert critic.model is None and critic.reward_model is None and critic.critic is not None
+    assert reward.model is None and reward.critic is None and reward.reward_model is not None
 
 
 @pytest.mark.parametrize("staleness", [1, 2])

@@ -1,5 +1,6 @@
 """The single controller on Ray: the roles run in other processes and the run equals the single
-process iteration by iteration, split or colocated, with LoRA's reference in the actor; a worker
+process iteration by iteration, split or colocated, with LoRA's reference in the actor, for GRPO
+and for RLHF-PPO's four models; a worker
 without state is restarted and the run goes on unchanged, a dead actor or a call that does not
 answer stops the run with an error naming the role; Ray stays on loopback and leaves no process
 behind. (Marked ``alone``: Ray's processes need the cores to themselves, outside xdist.)"""
@@ -79,6 +80,27 @@ def test_the_single_controller_equals_the_single_process(
     assert all(row["seconds_dispatch"] > 0 for row in history)
     weights = flow.hosts["actor"].call("actor", "state_dict")[0]["model"]
     assert_same_weights(weights, expected_weights)
+
+
+def test_rlhf_ppo_on_four_workers_equals_the_single_process_and_a_dead_critic_stops_it(
+    ppo_config, ray_session, close_workers
+):
+    expected, expected_actor, expected_critic = single_process(
+        ppo_config, ppo_config.num_iterations, with_critic=True
+    )
+    flow = ray_dataflow(ppo_config, "split")
+    close_workers(flow)
+    pids = worker_pids(flow)
+    assert set(pids) == {"actor", "critic", "reference", "reward"}
+    assert len(set(pids.values())) == 4 and os.getpid() not in pids.values()
+    history = flow.run()
+    assert_same_history(history, expected)
+    assert_same_weights(flow.hosts["actor"].call("actor", "state_dict")[0]["model"], expected_actor)
+    critic = flow.hosts["critic"].call("critic", "state_dict")[0]["critic"]
+    assert_same_weights(critic, expected_critic)
+    os.kill(pids["critic"], signal.SIGKILL)  # the critic's weights and optimizer die with it
+    with pytest.raises(WorkerFailed, match=r"\['critic'\] died during critic.* \(it holds state\)"):
+        flow.run_iteration()
 
 
 def test_asynchronous_rollouts_on_ray_equal_a_sampler_that_lags_by_the_staleness(

@@ -136,3 +136,8 @@ def test_a_run_past_its_timeout_stops_torchrun_and_every_rank(config, tmp_path):
 def test_settings_whose_step_differs_across_ranks_are_refused(config, change, field):
     with pytest.raises(ValueError, match=field):
         require_data_parallel_settings(dataclasses.replace(config, **change), world_size=2)
+
+
+def test_an_rlhf_ppo_config_is_refused_by_name(ppo_config):
+    with pytest.raises(ValueError, match="config.*GRPOConfig"):
+        require_data_parallel_settings(ppo_config, world_size=2)
