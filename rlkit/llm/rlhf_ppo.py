@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -342,13 +342,18 @@ def shaped_rewards(
 
 
 def ppo_advantages(
-    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, config: RLHFPPOConfig
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    config: RLHFPPOConfig,
+    whiten: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = masked_whiten,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token-level GAE over the response (eq-token-gae), whitened over the batch's valid tokens when
-    ``whiten_advantages``; the advantages and the critic's targets, the returns."""
+    ``whiten_advantages``; the advantages and the critic's targets, the returns. (``whiten``:
+    Chapter 13's data-parallel ranks whiten over every rank's tokens.)"""
     advantages, returns = gae(rewards, values, config.gamma, config.lam, mask=mask)
     if config.whiten_advantages:
-        advantages = masked_whiten(advantages, mask)
+        advantages = whiten(advantages, mask)
     return advantages, returns
 
 

@@ -213,8 +213,9 @@ class LanguageModelTrainer(Trainer):
         super().__init__(config)
         seed_everything(config.seed)
         # data parallelism (Chapter 13's SPMD workers) sets this: after a batch's gradient is
-        # accumulated, every rank's gradient is replaced by the ranks' mean (eq-data-parallel)
-        self.average_gradients: Callable[[torch.nn.Module], None] | None = None
+        # accumulated, every rank's gradient is replaced by the ranks' mean (eq-data-parallel); it
+        # is given the batch's total weight (its tokens, where the loss is a token mean)
+        self.average_gradients: Callable[[torch.nn.Module, float], None] | None = None
 
     def prepare(self, model: PreTrainedModel, longest: int, length_field: str, layout: str) -> None:
         """Check that the ``longest`` sequence (its ``layout``; ``length_field`` sets its length)
@@ -266,7 +267,7 @@ class LanguageModelTrainer(Trainer):
                 number = value.item() if torch.is_tensor(value) else float(value)
                 sums[name] = sums.get(name, 0.0) + share * number
         if self.average_gradients is not None:
-            self.average_gradients(model)
+            self.average_gradients(model, total)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
         )

@@ -30,6 +30,7 @@ from rlkit.llm.rlhf_ppo import (
     shaped_rewards,
 )
 from rlkit.llm.tasks import TaskData, make_task
+from rlkit.losses import masked_whiten
 from rlkit.training import is_count, require
 
 __all__ = [
@@ -128,6 +129,19 @@ def roles_needed(config: GRPOConfig | RLHFPPOConfig, asynchronous: bool = False)
     return roles
 
 
+class OneProcess:
+    """What a driver combines over the data-parallel ranks, when there is one: nothing. (The SPMD
+    ranks of ``rlkit.systems.spmd`` combine over ``torch.distributed``.)"""
+
+    def mean(self, value: float) -> float:
+        """The mean of a statistic over the ranks."""
+        return value
+
+    def whiten(self, x, mask):
+        """``masked_whiten`` over every rank's valid entries."""
+        return masked_whiten(x, mask)
+
+
 class Dataflow:
     """What a single controller holds whatever the algorithm: the hosts of the roles, the run's
     prompt stream, the history, and calls timed as computing and dispatch. (A run is not
@@ -135,9 +149,17 @@ class Dataflow:
 
     phases: tuple[str, ...] = PHASES
 
-    def __init__(self, config, hosts: dict[str, Host], rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        config,
+        hosts: dict[str, Host],
+        rank: int = 0,
+        world_size: int = 1,
+        ranks: OneProcess | None = None,
+    ):
         """``rank`` of ``world_size`` (the SPMD ranks of ``rlkit.systems.spmd``): every rank
-        draws the ``world_size`` ranks' prompts from the run's one stream and keeps its share."""
+        draws the ``world_size`` ranks' prompts from the run's one stream and keeps its share;
+        ``ranks`` combines what the algorithm computes over the whole batch."""
         require_dataflow_settings(config)
         needed = set(roles_needed(config, asynchronous=isinstance(self, AsyncGRPODataflow)))
         require(
@@ -151,6 +173,7 @@ class Dataflow:
         self.data = TaskData(self.task, seed=config.seed)
         self.eos_token_id = load_tokenizer(config.sft_folder).eos_token_id
         self.rank, self.world_size = rank, world_size
+        self.ranks = OneProcess() if ranks is None else ranks
         self.history: list[dict[str, float]] = []
         self.keep_rollouts, self.rollouts = False, []  # the first iteration's, for tests
 
@@ -167,6 +190,11 @@ class Dataflow:
         if separate_reference(self.config):
             return "reference", "logprobs_of"
         return "actor", "reference_logprobs_of"
+
+    def _draw_share(self, share: int) -> list[str]:
+        """This rank's ``share`` of the next ``share * world_size`` prompts of the run's stream."""
+        drawn = self.data.train_batch(share * self.world_size)
+        return [example.prompt for example in drawn[self.rank * share : (self.rank + 1) * share]]
 
     def _keep_first(self, rollout) -> None:
         if self.keep_rollouts:
@@ -229,10 +257,8 @@ class GRPODataflow(Dataflow):
 
     def _draw_prompts(self) -> list[str]:
         """This rank's share of the next global batch of prompts, each ``group_size`` times."""
-        config, share = self.config, self.config.prompts_per_iteration
-        drawn = self.data.train_batch(share * self.world_size)
-        prompts = [e.prompt for e in drawn[self.rank * share : (self.rank + 1) * share]]
-        return [prompt for prompt in prompts for _ in range(config.group_size)]
+        prompts = self._draw_share(self.config.prompts_per_iteration)
+        return [prompt for prompt in prompts for _ in range(self.config.group_size)]
 
     def _next_generation(self, seconds: dict[str, float]):
         """The next prompts and the actor's completions of them."""
@@ -259,8 +285,8 @@ class PPODataflow(Dataflow):
 
     phases = PPO_PHASES
 
-    def __init__(self, config: RLHFPPOConfig, hosts: dict[str, Host]):
-        super().__init__(config, hosts)
+    def __init__(self, config: RLHFPPOConfig, hosts: dict[str, Host], **ranks):
+        super().__init__(config, hosts, **ranks)
         self.kl_coef = config.kl_coef
         self.kl_controller = None
         if config.target_kl is not None:
@@ -274,7 +300,7 @@ class PPODataflow(Dataflow):
         where they are placed apart)."""
         config, seconds = self.config, dict.fromkeys(self.phases, 0.0)
         iteration_start = time.perf_counter()
-        prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
+        prompts = self._draw_share(config.batch_size)
         generated = self._call(seconds, "generate", "actor", "generate", prompts)
         scores = self._call(seconds, "score", "reward", "rewards", prompts, generated)
         role, method = self._reference_call()
@@ -283,7 +309,7 @@ class PPODataflow(Dataflow):
         start = time.perf_counter()
         batch, mask = generated.batch, generated.batch.response_mask
         rewards = shaped_rewards(batch, ref_logprobs, scores, self.kl_coef, config)
-        advantages, returns = ppo_advantages(rewards, values, mask, config)
+        advantages, returns = ppo_advantages(rewards, values, mask, config, self.ranks.whiten)
         rollout = Minibatch.of(batch, advantages, returns, values, generated.sampler_logprobs)
         seconds["advantages"] += time.perf_counter() - start
         self._keep_first(rollout)
@@ -297,7 +323,8 @@ class PPODataflow(Dataflow):
         }
         self.history.append(row)
         if self.kl_controller is not None:
-            self.kl_coef = self.kl_controller.update(row["kl"], config.batch_size)
+            kl, responses = self.ranks.mean(row["kl"]), config.batch_size * self.world_size
+            self.kl_coef = self.kl_controller.update(kl, responses)
         return row
 
     def _updates(self, seconds: dict[str, float], rollout: Minibatch) -> dict[str, float]:
@@ -315,11 +342,12 @@ class PPODataflow(Dataflow):
         return actor_stats | critic_stats
 
 
-def dataflow_for(config: GRPOConfig | RLHFPPOConfig, hosts: dict[str, Host]) -> Dataflow:
-    """The synchronous single controller of ``config``'s algorithm."""
+def dataflow_for(config: GRPOConfig | RLHFPPOConfig, hosts: dict[str, Host], **ranks) -> Dataflow:
+    """The synchronous single controller of ``config``'s algorithm (``ranks``: ``Dataflow``'s
+    ``rank``, ``world_size`` and ``ranks``, for an SPMD rank)."""
     if isinstance(config, RLHFPPOConfig):
-        return PPODataflow(config, hosts)
-    return GRPODataflow(config, hosts)
+        return PPODataflow(config, hosts, **ranks)
+    return GRPODataflow(config, hosts, **ranks)
 
 
 def require_async_settings(config: GRPOConfig, staleness: int, measure_mismatch: bool) -> None:

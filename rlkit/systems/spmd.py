@@ -1,17 +1,21 @@
 """Multiple controllers (Chapter 13): the same program on every rank (SPMD, as Megatron and
 DeepSpeed-Chat run), launched by ``torchrun`` on the gloo backend.
 
-Each rank hosts every role of Chapter 11's GRPO dataflow (``LocalHost``) and drives its own
-iteration (``GRPODataflow``): it draws the global batch of prompts from the run's one stream, keeps
-its share of them, samples with its own random stream, scores, and computes its groups'
-advantages, which need no other rank (a group never spans ranks). The ranks meet once per
+Each rank hosts every role of Chapter 11's GRPO dataflow or Chapter 10's RLHF-PPO dataflow
+(``LocalHost``) and drives its own iteration (``GRPODataflow``, ``PPODataflow``): it draws the
+global batch of prompts from the run's one stream, keeps its share of them, samples with its own
+random stream, scores, and computes its advantages. GRPO's groups need no other rank (a group
+never spans ranks); RLHF-PPO's whitening reads the mean and variance over every rank's tokens, and
+its adaptive KL coefficient the mean KL over the ranks (``AcrossRanks``). The ranks meet once per
 optimizer step: after each has accumulated its gradient, the gradients are averaged over the ranks
 (eq-data-parallel), so that every rank takes the same step and the weights stay equal.
 
-For a loss that is a mean over completions (``loss_type`` "grpo" or "dr_grpo") the mean of the
-ranks' gradients is the gradient of the global batch: one step on ``W`` ranks equals one step of
-the single process on the same completions, up to the order of the float sums (each step on the
-whole batch: minibatches are refused, since each rank would shuffle only its own share).
+For a loss that is a mean over completions (GRPO's ``loss_type`` "grpo" or "dr_grpo") the mean of
+the ranks' gradients is the gradient of the global batch; for a token mean (RLHF-PPO's policy and
+value losses) each rank's gradient is weighed by its share of the tokens. One step on ``W`` ranks
+then equals one step of the single process on the same completions, up to the order of the float
+sums (each step on the whole batch: minibatches are refused, since each rank would shuffle only
+its own share).
 
 Run it as ``torchrun --nproc-per-node 2 -m rlkit.systems.spmd --config run.json --out folder``, or
 from Python with ``launch``.
@@ -36,26 +40,42 @@ import torch.distributed as dist
 
 from rlkit.checkpoint import write_atomically
 from rlkit.llm.grpo import GRPOConfig
-from rlkit.systems.dataflow import GRPODataflow, require_dataflow_settings, roles_needed
+from rlkit.llm.rlhf_ppo import RLHFPPOConfig
+from rlkit.systems.dataflow import dataflow_for, require_dataflow_settings, roles_needed
 from rlkit.systems.processes import stop_processes
 from rlkit.systems.roles import LocalHost
 from rlkit.training import is_count, require
 
-__all__ = ["GradientAverager", "launch", "rank_config", "require_data_parallel_settings"]
+__all__ = [
+    "AcrossRanks",
+    "GradientAverager",
+    "launch",
+    "rank_config",
+    "require_data_parallel_settings",
+]
 
 # losses whose gradient is a mean over completions, so that the ranks' mean is the global one
 DATA_PARALLEL_LOSSES = ("grpo", "dr_grpo")
 
 
-def require_data_parallel_settings(config: GRPOConfig, world_size: int) -> None:
+def require_data_parallel_settings(config: GRPOConfig | RLHFPPOConfig, world_size: int) -> None:
     """The settings whose step on ``world_size`` ranks is the single process's step."""
-    require(
-        isinstance(config, GRPOConfig),
-        "config",
-        "a GRPOConfig (the SPMD ranks run GRPO; run RLHF-PPO in one process or on Ray)",
-        type(config).__name__,
-    )
     require_dataflow_settings(config)
+    if isinstance(config, RLHFPPOConfig):
+        require(
+            config.batch_size % world_size == 0,
+            "batch_size",
+            f"a multiple of the number of ranks ({world_size})",
+            config.batch_size,
+        )
+        require(
+            config.minibatch_size == config.batch_size,
+            "minibatch_size",
+            f"the batch ({config.batch_size}) under data parallelism: each rank would shuffle "
+            "its own share, and a step would not be the single process's",
+            config.minibatch_size,
+        )
+        return
     require(
         config.prompts_per_iteration % world_size == 0,
         "prompts_per_iteration",
@@ -84,8 +104,11 @@ def require_data_parallel_settings(config: GRPOConfig, world_size: int) -> None:
     )
 
 
-def rank_config(config: GRPOConfig, world_size: int) -> GRPOConfig:
+def rank_config(config: GRPOConfig | RLHFPPOConfig, world_size: int) -> GRPOConfig | RLHFPPOConfig:
     """One rank's share of the run: its prompts per iteration (one minibatch of them)."""
+    if isinstance(config, RLHFPPOConfig):
+        share = config.batch_size // world_size
+        return dataclasses.replace(config, batch_size=share, minibatch_size=share)
     return dataclasses.replace(
         config,
         prompts_per_iteration=config.prompts_per_iteration // world_size,
@@ -95,20 +118,27 @@ def rank_config(config: GRPOConfig, world_size: int) -> GRPOConfig:
 
 class GradientAverager:
     """Replaces every rank's gradient with the ranks' mean, ``g = (1/W) sum_r g_r``
-    (eq-data-parallel): one all-reduce over all the gradients flattened into one buffer (DDP does
-    the same in buckets, overlapped with the backward pass). Counts the seconds it spends."""
+    (eq-data-parallel), or (``weighted``, for a loss that is a mean over tokens) the mean weighed
+    by each rank's share of the weight, ``g = sum_r n_r g_r / sum_r n_r``: one all-reduce over all
+    the gradients flattened into one buffer (DDP does the same in buckets, overlapped with the
+    backward pass). Counts the seconds it spends."""
 
-    def __init__(self):
-        self.seconds = 0.0
+    def __init__(self, weighted: bool = False):
+        self.weighted, self.seconds = weighted, 0.0
 
-    def __call__(self, model: torch.nn.Module) -> None:
+    def __call__(self, model: torch.nn.Module, weight: float) -> None:
         start = time.perf_counter()
         trained = [p for p in model.parameters() if p.requires_grad]
         for parameter in trained:  # every rank sends every gradient, or the all-reduce would hang
             if parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
         grads = [parameter.grad for parameter in trained]
-        flat = torch.cat([grad.flatten() for grad in grads])
+        share = torch.ones(1, dtype=grads[0].dtype)
+        if self.weighted:
+            share = torch.tensor([weight], dtype=grads[0].dtype)
+            dist.all_reduce(share, op=dist.ReduceOp.SUM)
+            share = weight * dist.get_world_size() / share
+        flat = torch.cat([grad.flatten() for grad in grads]) * share
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= dist.get_world_size()
         offset = 0
@@ -116,6 +146,32 @@ class GradientAverager:
             grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
             offset += grad.numel()
         self.seconds += time.perf_counter() - start
+
+
+class AcrossRanks:
+    """What a rank's driver combines over every rank (``OneProcess`` in one process): a
+    statistic's mean, and the whitening of the advantages over every rank's valid tokens, with
+    ``masked_whiten``'s mean and unbiased variance."""
+
+    def mean(self, value: float) -> float:
+        total = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total.item() / dist.get_world_size()
+
+    def whiten(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        valid = mask.to(x.dtype)
+        x = x * valid
+
+        def summed(*values):
+            total = torch.stack(values)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+            return total
+
+        total, count = summed(x.sum(), valid.sum())
+        centred = x - total / count
+        (squares,) = summed((centred**2 * valid).sum())
+        require(count >= 2, "batch_size", "at least 2 valid tokens over the ranks", int(count))
+        return centred * torch.rsqrt(squares / (count - 1) + 1e-8) * valid
 
 
 def broadcast_parameters(model: torch.nn.Module) -> None:
@@ -141,32 +197,55 @@ def mean_over_ranks(row: dict[str, float]) -> dict[str, float]:
     return dict(zip(names, values.tolist()))
 
 
-def run_rank(config: GRPOConfig, out: Path, num_iterations: int, save_rollout: bool) -> None:
+def trained_models(host: LocalHost) -> dict[str, tuple]:
+    """Each phase that steps a model (the actor's "policy", RLHF-PPO's "critic"): its trainer,
+    model and optimizer."""
+    actor = host.roles["actor"].trainer
+    trained = {"policy": (actor, actor.model, actor.optimizer)}
+    if "critic" in host.roles:
+        critic = host.roles["critic"].trainer
+        trained["critic"] = (critic, critic.critic, critic.critic_optimizer)
+    return trained
+
+
+def run_rank(
+    config: GRPOConfig | RLHFPPOConfig, out: Path, num_iterations: int, save_rollout: bool
+) -> None:
     """One rank's whole run: its roles, its share of every iteration, the averaged steps."""
     rank, world = dist.get_rank(), dist.get_world_size()
     require_data_parallel_settings(config, world)
     local = rank_config(config, world)
     roles = roles_needed(config)
     host = LocalHost(local, roles)
-    trainer = host.roles["actor"].trainer
-    broadcast_parameters(trainer.model)
+    trained, averagers = trained_models(host), {}
+    for phase, (trainer, model, _) in trained.items():
+        broadcast_parameters(model)
+        averagers[phase] = GradientAverager(weighted=isinstance(config, RLHFPPOConfig))
+        trainer.average_gradients = averagers[phase]
     if rank > 0:  # rank 0 goes on with the stream its trainer seeded (it is the single process)
         torch.manual_seed(rank_seed(config.seed, rank))
-    averager = GradientAverager()
-    trainer.average_gradients = averager
-    flow = GRPODataflow(local, dict.fromkeys(roles, host), rank=rank, world_size=world)
+    ranks = dict(rank=rank, world_size=world, ranks=AcrossRanks())
+    flow = dataflow_for(local, dict.fromkeys(roles, host), **ranks)
     flow.keep_rollouts = save_rollout
     history = []
     for _ in range(num_iterations):
-        averager.seconds = 0.0
+        for averager in averagers.values():
+            averager.seconds = 0.0
         row = flow.run_iteration()
-        row["seconds_policy"] -= averager.seconds
-        row["seconds_communication"] = averager.seconds
+        for phase, averager in averagers.items():
+            row[f"seconds_{phase}"] -= averager.seconds
+        row["seconds_communication"] = sum(averager.seconds for averager in averagers.values())
         history.append(mean_over_ranks(row))
     if save_rollout:
         torch.save(flow.rollouts[0], out / f"rollout-rank{rank}.pt")
     if rank == 0:
-        state = {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict()}
+        state = {}
+        for phase, (_, model, optimizer) in trained.items():
+            prefix = "" if phase == "policy" else f"{phase}_"
+            state |= {
+                f"{prefix}model": model.state_dict(),
+                f"{prefix}optimizer": optimizer.state_dict(),
+            }
         torch.save(state, out / "state.pt")
         text = json.dumps({"world_size": world, "history": history}).encode()
         write_atomically(out / "history.json", lambda file: file.write(text))
@@ -174,12 +253,14 @@ def run_rank(config: GRPOConfig, out: Path, num_iterations: int, save_rollout: b
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="a JSON file of GRPOConfig's fields")
+    parser.add_argument("--config", required=True, help="a JSON file of the config's fields and its algorithm")
     parser.add_argument("--out", required=True, help="the folder for history.json and state.pt")
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--save-rollout", action="store_true", help="each rank's first rollout")
     args = parser.parse_args(argv)
-    config = GRPOConfig(**json.loads(Path(args.config).read_text()))
+    fields = json.loads(Path(args.config).read_text())
+    config_class = RLHFPPOConfig if fields.pop("algorithm") == "rlhf_ppo" else GRPOConfig
+    config = config_class(**fields)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dist.init_process_group("gloo")
@@ -210,7 +291,7 @@ def failure_report(stderr: str, nproc: int) -> str:
 
 
 def launch(
-    config: GRPOConfig,
+    config: GRPOConfig | RLHFPPOConfig,
     out: str | os.PathLike,
     nproc: int = 2,
     num_iterations: int | None = None,
@@ -226,7 +307,10 @@ def launch(
     require_data_parallel_settings(config, nproc)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    algorithm = "rlhf_ppo" if isinstance(config, RLHFPPOConfig) else "grpo"
+    (out / "config.json").write_text(
+        json.dumps({"algorithm": algorithm, **dataclasses.asdict(config)})
+    )
     command = [
         sys.executable, "-m", "torch.distributed.run",
         f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={free_port()}",

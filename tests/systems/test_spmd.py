@@ -15,8 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlkit.llm.generation import concatenate_responses
+from rlkit.llm.generation import ResponseBatch, concatenate_responses
 from rlkit.llm.grpo import GRPOTrainer, Rollout
+from rlkit.llm.rlhf_ppo import Minibatch, RLHFPPOTrainer
 from rlkit.systems.spmd import launch, require_data_parallel_settings
 from tests.systems.conftest import (
     assert_same_history,
@@ -65,14 +66,74 @@ def test_two_ranks_take_the_single_process_step_on_the_same_completions(config, 
     stats = trainer._policy_epochs(stacked(rollouts, trainer.tokenizer.pad_token_id))
     state = torch.load(tmp_path / "state.pt")
     assert_same_weights(state["model"], trainer.model.state_dict())
-    # Adam's first moment is (1 - beta1) times the gradient: the ranks' mean gradient is the
-    # single process's (the weights alone would hide it: Adam's first step is about lr * sign)
-    optimizer = trainer.optimizer.state_dict()["state"]
-    for index, moments in state["optimizer"]["state"].items():
-        torch.testing.assert_close(
-            moments["exp_avg"], optimizer[index]["exp_avg"], atol=1e-7, rtol=1e-5
-        )
+    assert_same_first_moments(state["optimizer"], trainer.optimizer)
     assert result["history"][0]["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-5)
+
+
+def full_batch(config):
+    """RLHF-PPO with one step per epoch on the whole batch (what data parallelism allows)."""
+    return dataclasses.replace(config, minibatch_size=config.batch_size)
+
+
+def test_one_rank_is_rlhf_ppo_s_single_process(ppo_config, tmp_path):
+    config = full_batch(ppo_config)  # whitening and the adaptive KL go through the collectives
+    expected, expected_actor, expected_critic = single_process(config, 2, with_critic=True)
+    result = launch(config, tmp_path, nproc=1, num_iterations=2)
+    assert_same_history(result["history"], expected)
+    state = torch.load(tmp_path / "state.pt")
+    assert_same_weights(state["model"], expected_actor)
+    assert_same_weights(state["critic_model"], expected_critic)
+
+
+def stacked_ppo(rollouts: list[Minibatch], pad_id: int, temperature: float) -> Minibatch:
+    """The ranks' RLHF-PPO rollouts as the one batch the single process would have trained on."""
+    batches = [
+        ResponseBatch(r.prompts, r.response_ids, r.mask, r.old_logprobs, temperature)
+        for r in rollouts
+    ]
+    batch = concatenate_responses(batches, pad_id)
+    width = batch.response_ids.shape[1]
+
+    def rows(field):
+        return torch.cat(
+            [F.pad(getattr(r, field), (0, width - getattr(r, field).shape[1])) for r in rollouts]
+        )
+
+    return Minibatch.of(batch, rows("advantages"), rows("returns"), rows("old_values"))
+
+
+def assert_same_first_moments(state: dict, optimizer: torch.optim.Optimizer) -> None:
+    """Adam's first moment is (1 - beta1) times the gradient after one step: the ranks' averaged
+    gradient is the single process's (the weights alone would hide it: Adam's first step is about
+    lr * sign)."""
+    expected = optimizer.state_dict()["state"]
+    for index, moments in state["state"].items():
+        torch.testing.assert_close(
+            moments["exp_avg"], expected[index]["exp_avg"], atol=1e-7, rtol=1e-5
+        )
+
+
+def test_two_ranks_take_rlhf_ppo_s_steps_on_the_same_completions(ppo_config, tmp_path):
+    config = dataclasses.replace(full_batch(ppo_config), ppo_epochs=1)
+    launch(config, tmp_path, nproc=2, num_iterations=1, save_rollout=True)
+    rollouts = [
+        torch.load(tmp_path / f"rollout-rank{rank}.pt", weights_only=False) for rank in (0, 1)
+    ]
+    assert rollouts[0].response_ids.shape[0] == config.batch_size // 2
+    trainer = RLHFPPOTrainer(config)
+    whole = stacked_ppo(rollouts, trainer.tokenizer.pad_token_id, config.temperature)
+    # the advantages were whitened over both ranks' tokens, not each rank's own
+    advantages = whole.advantages[whole.mask.bool()]
+    assert advantages.mean().item() == pytest.approx(0, abs=1e-5)
+    assert advantages.var().item() == pytest.approx(1, rel=1e-4)
+    assert any(abs(r.advantages[r.mask.bool()].mean().item()) > 1e-3 for r in rollouts)
+    trainer._ppo_epochs(whole)
+    state = torch.load(tmp_path / "state.pt")
+    assert_same_weights(state["model"], trainer.model.state_dict())
+    assert_same_weights(state["critic_model"], trainer.critic.state_dict())
+    # the policy's and the value loss's gradients are token means: weighed by each rank's tokens
+    assert_same_first_moments(state["optimizer"], trainer.optimizer)
+    assert_same_first_moments(state["critic_optimizer"], trainer.critic_optimizer)
 
 
 def test_a_killed_rank_stops_the_run_with_torchrun_s_report(config, tmp_path):
@@ -136,8 +197,3 @@ def test_a_run_past_its_timeout_stops_torchrun_and_every_rank(config, tmp_path):
 def test_settings_whose_step_differs_across_ranks_are_refused(config, change, field):
     with pytest.raises(ValueError, match=field):
         require_data_parallel_settings(dataclasses.replace(config, **change), world_size=2)
-
-
-def test_an_rlhf_ppo_config_is_refused_by_name(ppo_config):
-    with pytest.raises(ValueError, match="config.*GRPOConfig"):
-        require_data_parallel_settings(ppo_config, world_size=2)
