@@ -406,7 +406,8 @@ class AsyncGRPODataflow(GRPODataflow):
         require_async_settings(config, staleness, measure_mismatch)
         super().__init__(config, hosts)
         self.staleness, self.measure_mismatch = staleness, measure_mismatch
-        self.in_flight: collections.deque = collections.deque()  # (prompts, submitted call)
+        # (prompts, generation, rewards, reference): the calls submitted for each batch ahead
+        self.in_flight: collections.deque = collections.deque()
         self.generations_asked = 0
 
     def _next_generation(self, seconds: dict[str, float]):
@@ -474,9 +475,13 @@ class AsyncGRPODataflow(GRPODataflow):
         return rewards, ref_logprobs
 
     def _after_update(self, seconds: dict[str, float]) -> None:
-        """The actor's new weights to the rollout worker, behind the generations already asked."""
-        weights = self._call(seconds, "weights", "actor", "weights")
-        start = time.perf_counter()
+        """The actor's new weights to the rollout worker, behind the generations already asked.
+        The driver only asks: the rollout worker takes the weights from the actor's call when they
+        are ready (on Ray, through the object store), and the driver goes on to the next batch."""
         version = len(self.history) + 1
+        if version >= self.config.num_iterations:
+            return  # every generation has been asked for: no batch would use these weights
+        start = time.perf_counter()
+        weights = self.hosts["actor"].submit("actor", "weights")
         self.hosts["rollout"].submit("rollout", "set_weights", weights, version)
         seconds["weights"] += time.perf_counter() - start

@@ -253,7 +253,9 @@ def run_rank(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="a JSON file of the config's fields and its algorithm")
+    parser.add_argument(
+        "--config", required=True, help="a JSON file of the config's fields and its algorithm"
+    )
     parser.add_argument("--out", required=True, help="the folder for history.json and state.pt")
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--save-rollout", action="store_true", help="each rank's first rollout")
