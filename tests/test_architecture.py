@@ -35,7 +35,7 @@ ALLOWED = {
     "a3c": RL_INFRASTRUCTURE | {"actor_critic", "a2c"},  # A3C is asynchronous A2C
     "llm": SHARED_MATH | {"checkpoint", "training", "llm"},
     # the dataflows of the language-model chapters, and A2C's rollouts on Ray workers
-    "systems": {"checkpoint", "training", "llm", "systems", "a2c", "rollouts"},
+    "systems": SHARED_MATH | {"checkpoint", "training", "llm", "systems", "a2c", "rollouts"},
     "plotting": {"statistics"},
     "book": {"plotting"},  # what a notebook hands to its page: checked figures
     "rendering": set(),

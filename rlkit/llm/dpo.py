@@ -526,6 +526,20 @@ class DPOTrainer(LanguageModelTrainer):
             return pairs, torch.zeros(len(pairs), 2, device=self.model.device), stats
         return pairs, self._reference_logps(pairs), stats
 
+    def shard_data(self, rank: int, world_size: int) -> None:
+        """Offline: this rank's share of the fixed pairs (their tokens and reference
+        log-probabilities with them), every ``world_size``-th from ``rank``, as many on every
+        rank; online: its share of each step's prompts."""
+        if self.config.pairs == "online":
+            super().shard_data(rank, world_size)
+            return
+        usable = len(self.train_pairs) - len(self.train_pairs) % world_size
+        index = list(range(usable))[rank::world_size]
+        self.train_pairs = [self.train_pairs[i] for i in index]
+        self.train_tokens = [self.train_tokens[i] for i in index]
+        if self.ref_logps is not None:
+            self.ref_logps = self.ref_logps[index]
+
     def _next_indices(self) -> list[int]:
         """The next batch of a shuffled pass over the training pairs."""
         size = self.config.batch_size

@@ -300,6 +300,15 @@ class RewardModelTrainer(LanguageModelTrainer):
     def num_updates(self) -> int:
         return self.config.epochs * self.steps_per_epoch
 
+    def shard_data(self, rank: int, world_size: int) -> None:
+        """This rank's share of the training pairs, every ``world_size``-th from ``rank`` (as
+        many on every rank: the last few of an uneven split are left out), in passes of its own
+        order; each rank's batch is then its share of a global batch ``world_size`` times
+        larger."""
+        usable = len(self.train_pairs) - len(self.train_pairs) % world_size
+        self.train_pairs = self.train_pairs[:usable][rank::world_size]
+        self.steps_per_epoch = -(-len(self.train_pairs) // self.config.batch_size)
+
     def _next_batch(self) -> list[PreferencePair]:
         step_in_epoch = self.updates_done % self.steps_per_epoch
         if step_in_epoch == 0:

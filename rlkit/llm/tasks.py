@@ -227,15 +227,30 @@ class TaskData:
         self.heldout = [Example(prompt, task.answer(prompt)) for prompt in prompts]
         self._heldout_prompts = set(prompts)
         self.train_rng = random.Random(f"train-{seed}")
+        self.rank, self.world_size = 0, 1
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Data parallelism (Chapter 13): from now on ``train_batch(n)`` draws the next ``n *
+        world_size`` examples of the stream and returns the ``rank``-th ``n`` of them, so that
+        ranks built with the same seed split every global batch between them."""
+        require(is_count(world_size), "world_size", "an integer >= 1", world_size)
+        require(
+            isinstance(rank, int) and 0 <= rank < world_size,
+            "rank",
+            f"an integer in [0, {world_size})",
+            rank,
+        )
+        self.rank, self.world_size = rank, world_size
 
     def train_batch(self, batch_size: int) -> list[Example]:
-        """``batch_size`` fresh training examples, none of them a held-out problem."""
+        """``batch_size`` fresh training examples, none of them a held-out problem (this rank's
+        share of the next global batch, once ``shard`` was called)."""
         batch = []
-        while len(batch) < batch_size:
+        while len(batch) < batch_size * self.world_size:
             example = self.task.sample(self.train_rng)
             if example.prompt not in self._heldout_prompts:
                 batch.append(example)
-        return batch
+        return batch[self.rank * batch_size : (self.rank + 1) * batch_size]
 
 
 def require_label_noise(label_noise: float) -> None:

@@ -274,6 +274,11 @@ class LanguageModelTrainer(Trainer):
         optimizer.step()
         return {**sums, "grad_norm": grad_norm.item(), "learning_rate": learning_rate}
 
+    def shard_data(self, rank: int, world_size: int) -> None:
+        """Data parallelism (Chapter 13's ``rlkit.systems.data_parallel``): this rank trains on
+        its share of every batch; ranks built from one config split each global batch."""
+        self.data.shard(rank, world_size)
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast where ``uses_bf16``; otherwise nothing."""
         if uses_bf16(self.config):

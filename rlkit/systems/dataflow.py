@@ -171,6 +171,7 @@ class Dataflow:
         self.config, self.hosts = config, hosts
         self.task = make_task(getattr(config, "task", "sort"), num_digits=config.num_digits)
         self.data = TaskData(self.task, seed=config.seed)
+        self.data.shard(rank, world_size)
         self.eos_token_id = load_tokenizer(config.sft_folder).eos_token_id
         self.rank, self.world_size = rank, world_size
         self.ranks = OneProcess() if ranks is None else ranks
@@ -193,8 +194,7 @@ class Dataflow:
 
     def _draw_share(self, share: int) -> list[str]:
         """This rank's ``share`` of the next ``share * world_size`` prompts of the run's stream."""
-        drawn = self.data.train_batch(share * self.world_size)
-        return [example.prompt for example in drawn[self.rank * share : (self.rank + 1) * share]]
+        return [example.prompt for example in self.data.train_batch(share)]
 
     def _keep_first(self, rollout) -> None:
         if self.keep_rollouts:

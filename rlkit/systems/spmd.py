@@ -313,15 +313,25 @@ def launch(
     (out / "config.json").write_text(
         json.dumps({"algorithm": algorithm, **dataclasses.asdict(config)})
     )
+    arguments = ["--config", str(out / "config.json"), "--out", str(out)]
+    if num_iterations is not None:
+        arguments += ["--iterations", str(num_iterations)]
+    if save_rollout:
+        arguments.append("--save-rollout")
+    run_torchrun("rlkit.systems.spmd", arguments, nproc, timeout)
+    return json.loads((out / "history.json").read_text())
+
+
+def run_torchrun(module: str, arguments: list[str], nproc: int, timeout: float) -> None:
+    """``torchrun -m module *arguments`` on ``nproc`` ranks (gloo, loopback only, one thread per
+    rank). A rank that fails stops the others (torchrun's agent), and this raises a RuntimeError
+    with torchrun's report; past ``timeout`` seconds torchrun and every rank are stopped, and a
+    RuntimeError says so."""
     command = [
         sys.executable, "-m", "torch.distributed.run",
         f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-        "-m", "rlkit.systems.spmd", "--config", str(out / "config.json"), "--out", str(out),
+        "-m", module, *arguments,
     ]  # fmt: skip
-    if num_iterations is not None:
-        command += ["--iterations", str(num_iterations)]
-    if save_rollout:
-        command.append("--save-rollout")
     environment = os.environ | {
         "MASTER_ADDR": "127.0.0.1",
         "GLOO_SOCKET_IFNAME": "lo",
@@ -341,7 +351,6 @@ def launch(
             ) from None
     if torchrun.returncode != 0:
         raise RuntimeError(failure_report(stderr, nproc))
-    return json.loads((out / "history.json").read_text())
 
 
 def stop_process_tree(pid: int, grace: float = 10.0) -> None:
