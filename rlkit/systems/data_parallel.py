@@ -135,7 +135,8 @@ def trained_models(trainer: LanguageModelTrainer) -> list[torch.nn.Module]:
 
 def shard_blocks(model: torch.nn.Module) -> None:
     """FSDP2 over ``model``: each transformer block (the classes its Hugging Face model names
-    in ``_no_split_modules``) a unit of its own, then the rest (embeddings, head) as one."""
+    in ``_no_split_modules``) a unit of its own, then the rest (embeddings, head) as one; the
+    LoRA adapters inside a block are sharded with it."""
     from torch.distributed.fsdp import fully_shard
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -146,10 +147,10 @@ def shard_blocks(model: torch.nn.Module) -> None:
         "a Hugging Face model that names its transformer blocks (_no_split_modules)",
         type(base).__name__,
     )
-    for module in list(model.modules()):
+    for module in list(base.modules()):
         if type(module).__name__ in blocks:
             fully_shard(module)
-    fully_shard(model)
+    fully_shard(base)  # with LoRA, the model its adapters wrap: every call goes through it
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -59,11 +59,26 @@ def test_ddp_from_accelerate_s_config_file_takes_the_single_process_s_steps(tmp_
 
 
 @pytest.mark.alone
-def test_fsdp_on_two_ranks_takes_the_single_process_s_steps(tmp_path):
-    result = launch("sft", SFT, tmp_path, nproc=2, mode="fsdp")
+@pytest.mark.parametrize("lora", [{}, {"lora_rank": 4, "lora_alpha": 8.0}], ids=["full", "lora"])
+def test_fsdp_on_two_ranks_takes_the_single_process_s_steps(lora, tmp_path):
+    fields = {**SFT, **lora}
+    result = launch("sft", fields, tmp_path, nproc=2, mode="fsdp")
     assert result["world_size"] == 2 and result["mode"] == "fsdp"
-    expected = single_process_sft({**SFT, "batch_size": 2 * SFT["batch_size"]})
+    expected = single_process_sft({**fields, "batch_size": 2 * SFT["batch_size"]})
     assert_same_weights(torch.load(tmp_path / "state.pt")["model"], expected, tolerance=1e-5)
+
+
+@pytest.mark.alone
+def test_offline_dpo_takes_the_same_steps_under_fsdp_and_ddp(policy_folder, tmp_path):
+    """Each rank's share of the fixed pairs, with the reference's log-probabilities computed
+    before the first step: the sharded model's steps are the replicated one's."""
+    fields = dict(sft_folder=policy_folder, num_digits=4, num_train_pairs=64, batch_size=8)
+    weights = {}
+    for mode in ("ddp", "fsdp"):
+        history = launch("dpo", fields, tmp_path / mode, nproc=2, mode=mode)["history"]
+        assert len(history) == 64 // (2 * 8)  # an epoch of the global batch
+        weights[mode] = torch.load(tmp_path / mode / "state.pt")["model"]
+    assert_same_weights(weights["fsdp"], weights["ddp"], tolerance=1e-5)
 
 
 @pytest.mark.alone
