@@ -33,6 +33,22 @@ def truncated_importance_weights(trainer_logprobs, sampler_logprobs, mask, mode,
         return torch.where(valid, weights, zero)
 """
 
+WEIGHTS_IN_FLOAT32 = """
+def truncated_importance_weights(trainer_logprobs, sampler_logprobs, mask, mode, cap):
+    with torch.no_grad():
+        valid = mask.bool()
+        zero = torch.zeros((), dtype=trainer_logprobs.dtype)
+        log_ratio = torch.where(valid, trainer_logprobs - sampler_logprobs, zero)
+        if mode.startswith("sequence"):
+            log_ratio = log_ratio.sum(dim=1, keepdim=True).expand_as(log_ratio)
+        weights = torch.exp(log_ratio)
+        if mode.endswith("truncate"):
+            weights = torch.clamp(weights, max=cap)
+        else:
+            weights = torch.where(weights > cap, zero, weights)
+        return torch.where(valid, weights, zero).float()  # BUG: not the log-probabilities' dtype
+"""
+
 WEIGHTS_ON_PADDING = """
 def truncated_importance_weights(trainer_logprobs, sampler_logprobs, mask, mode, cap):
     with torch.no_grad():
@@ -216,6 +232,11 @@ class TestRLSystems(StandardAssignmentTests):
             {SCHEDULE: SCHEDULE_ALWAYS_THE_BOUND},
             frozenset({TEST_STALENESS}),
             "every batch is taken to be exactly the bound behind, the first ones too",
+        ),
+        "k_weights_in_float32": Variant(
+            {WEIGHTS: WEIGHTS_IN_FLOAT32},
+            frozenset({TEST_TOKEN, TEST_SEQUENCE}),
+            "the weights come back in float32 whatever the log-probabilities' dtype",
         ),
         "i_one_batch_short": Variant(
             {SCHEDULE: SCHEDULE_ONE_BATCH_SHORT},
