@@ -67,6 +67,7 @@ from rlkit.llm.trainer import (
     LanguageModelTrainingConfig,
     base_model,
     frozen,
+    rank_share,
     split,
 )
 from rlkit.losses import zero_padding
@@ -533,8 +534,7 @@ class DPOTrainer(LanguageModelTrainer):
         if self.config.pairs == "online":
             super().shard_data(rank, world_size)
             return
-        usable = len(self.train_pairs) - len(self.train_pairs) % world_size
-        index = list(range(usable))[rank::world_size]
+        index = rank_share(list(range(len(self.train_pairs))), rank, world_size, "num_train_pairs")
         self.train_pairs = [self.train_pairs[i] for i in index]
         self.train_tokens = [self.train_tokens[i] for i in index]
         if self.ref_logps is not None:

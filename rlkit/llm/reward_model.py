@@ -39,6 +39,7 @@ from rlkit.llm.tokenizer import (
 from rlkit.llm.trainer import (
     LanguageModelTrainer,
     LanguageModelTrainingConfig,
+    rank_share,
     require_tiny_model_fields,
     split,
 )
@@ -305,8 +306,7 @@ class RewardModelTrainer(LanguageModelTrainer):
         many on every rank: the last few of an uneven split are left out), in passes of its own
         order; each rank's batch is then its share of a global batch ``world_size`` times
         larger."""
-        usable = len(self.train_pairs) - len(self.train_pairs) % world_size
-        self.train_pairs = self.train_pairs[:usable][rank::world_size]
+        self.train_pairs = rank_share(self.train_pairs, rank, world_size, "num_train_pairs")
         self.steps_per_epoch = -(-len(self.train_pairs) // self.config.batch_size)
 
     def _next_batch(self) -> list[PreferencePair]:

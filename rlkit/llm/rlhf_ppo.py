@@ -298,7 +298,17 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
         )
 
 
+def own_device(device: str) -> list[int]:
+    """The CUDA device a process computes on, for ``torch.random.fork_rng`` (which otherwise
+    saves and restores the generator of every visible GPU); none on the CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return []
+    return [torch.cuda.current_device() if device.index is None else device.index]
+
+
 def require_reads_actor_tokens(critic: ValueHeadModel, actor: PreTrainedModel) -> None:
+    """A critic that reads the actor's tokens: its embedding table is the actor's vocabulary."""
     vocabulary = critic.backbone.get_input_embeddings().num_embeddings
     require(
         vocabulary == actor.get_input_embeddings().num_embeddings,
@@ -405,8 +415,13 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         keep: Collection[str] = OTHER_MODELS,
     ):
         super().__init__(config)
-        for name in keep:
-            require(name in OTHER_MODELS, "keep", f"names from {OTHER_MODELS}", name)
+        require(
+            not isinstance(keep, str) and set(keep) <= set(OTHER_MODELS),
+            "keep",
+            f"a collection of names from {OTHER_MODELS}",
+            keep,
+        )
+        self.keep = frozenset(keep)
         self.task = SortTask(config.num_digits)
         self.data = TaskData(self.task, seed=config.seed)
         if actor is None:
@@ -438,7 +453,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         if builds_critic:
             # the new value head's draws leave torch's streams as they were: a process that holds
             # the actor without the critic (Chapter 13's roles) samples what this one samples
-            with torch.random.fork_rng():
+            with torch.random.fork_rng(devices=own_device(config.device)):
                 critic = self._critic_from_config(actor, tokenizer)
         if "critic" in keep:
             require_reads_actor_tokens(critic, actor)
@@ -509,6 +524,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     # ---- one iteration ---------------------------------------------------------------------------
 
     def _update(self) -> dict[str, float]:
+        self._require_every_model("a whole iteration")
         config, timer = self.config, PhaseTimer(PHASES, self.config.device)
         prompts = [example.prompt for example in self.data.train_batch(config.batch_size)]
         # the rollout's forward passes run under the same autocast as the training steps, so that
@@ -527,7 +543,9 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             with timer("rewards"):
                 rewards = shaped_rewards(batch, ref_logprobs, scores, self.kl_coef, config)
             with timer("advantages"):
-                advantages, returns = ppo_advantages(rewards, values, mask, config)
+                advantages, returns = ppo_advantages(
+                    rewards, values, mask, config, self.ranks.whiten
+                )
         with timer("ppo_epochs"):
             rollout = Minibatch.of(batch, advantages, returns, values, sampler_logprobs)
             stats = self._ppo_epochs(rollout)
@@ -539,7 +557,8 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             **{f"seconds_{phase}": seconds for phase, seconds in timer.seconds.items()},
         }
         if self.kl_controller is not None:
-            self.kl_coef = self.kl_controller.update(row["kl"], config.batch_size)
+            responses = config.batch_size * self.ranks.world_size
+            self.kl_coef = self.kl_controller.update(self.ranks.mean(row["kl"]), responses)
         return row
 
     def _generate(self, prompts: list[str]) -> tuple[ResponseBatch, torch.Tensor | None]:
@@ -565,9 +584,15 @@ class RLHFPPOTrainer(LanguageModelTrainer):
     def _scores(self, prompts: list[str], texts: list[str], batch: ResponseBatch) -> torch.Tensor:
         """The reward model's score of each decoded response (re-tokenized with its own tokenizer),
         or the task's verifiable reward; ``missing_eos_penalty`` off a response without EOS."""
-        if self.reward_model is None:
+        if self.config.reward == "task":
             scores = torch.tensor(list(map(self.task.reward, prompts, texts)))
         else:
+            require(
+                self.reward_model is not None,
+                "keep",
+                "'reward_model' among the kept models, to score with it",
+                tuple(sorted(self.keep)),
+            )
             scores = score(self.reward_model, self.reward_tokenizer, prompts, texts)
         scores = scores.to(batch.logprobs.device, batch.logprobs.dtype)
         if self.config.missing_eos_penalty is not None:
@@ -592,6 +617,12 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         0 up to rounding, since the rollout and the update compute the same log-probabilities.
         ``steps``: only the actor's or the critic's (the two never read each other's weights, so
         workers of their own take the same steps on the same minibatches)."""
+        require(
+            set(steps) <= set(PPO_STEPS) and len(steps) > 0,
+            "steps",
+            f"names from {PPO_STEPS}",
+            steps,
+        )
         config, sums, num_steps = self.config, {}, 0
         first_ratio_error = None
         for _ in range(config.ppo_epochs):
@@ -715,7 +746,17 @@ class RLHFPPOTrainer(LanguageModelTrainer):
 
     # ---- state -------------------------------------------------------------------------------
 
+    def _require_every_model(self, what: str) -> None:
+        require(
+            self.keep == set(OTHER_MODELS),
+            "keep",
+            f"every model {OTHER_MODELS} for {what} (a trainer of one of Chapter 13's roles "
+            "holds only its own)",
+            tuple(sorted(self.keep)),
+        )
+
     def _state(self) -> dict:
+        self._require_every_model("a checkpoint")
         return {
             **super()._state(),
             "critic": self.critic.state_dict(),

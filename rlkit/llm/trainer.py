@@ -30,7 +30,13 @@ from transformers import PreTrainedModel
 
 from rlkit.llm.generation import PromptBatch
 from rlkit.llm.models import FAMILIES, context_length
-from rlkit.losses import SAMPLER_CORRECTIONS, approx_kl, masked_mean, zero_padding
+from rlkit.losses import (
+    SAMPLER_CORRECTIONS,
+    approx_kl,
+    masked_mean,
+    masked_whiten,
+    zero_padding,
+)
 from rlkit.training import (
     Trainer,
     TrainResult,
@@ -205,6 +211,41 @@ def split(batch: Sequence, size: int | None) -> list[Sequence]:
     return [batch[start : start + size] for start in range(0, len(batch), size)]
 
 
+class OneProcess:
+    """What a trainer or driver combines over data-parallel ranks, when there is one: nothing.
+    (Chapter 13's ranks combine over ``torch.distributed``: ``rlkit.systems.spmd.AcrossRanks``.)"""
+
+    world_size = 1
+
+    def mean(self, value: float) -> float:
+        """The mean of a statistic over the ranks."""
+        return value
+
+    def whiten(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``masked_whiten`` over every rank's valid entries."""
+        return masked_whiten(x, mask)
+
+
+def rank_share(items: list, rank: int, world_size: int, field: str) -> list:
+    """Rank ``rank``'s share of a fixed list for data parallelism: every ``world_size``-th item
+    from ``rank``, as many on every rank (the last few of an uneven split are left out)."""
+    require(is_count(world_size), "world_size", "an integer >= 1", world_size)
+    require(
+        isinstance(rank, int) and 0 <= rank < world_size,
+        "rank",
+        f"an integer in [0, {world_size})",
+        rank,
+    )
+    require(
+        len(items) >= world_size,
+        field,
+        f"at least one item per rank ({world_size})",
+        len(items),
+    )
+    usable = len(items) - len(items) % world_size
+    return items[:usable][rank::world_size]
+
+
 class LanguageModelTrainer(Trainer):
     """The outline every language-model trainer shares; a subclass builds its model and tokenizer,
     calls ``prepare``, and makes each update one ``optimizer_step``."""
@@ -216,6 +257,8 @@ class LanguageModelTrainer(Trainer):
         # accumulated, every rank's gradient is replaced by the ranks' mean (eq-data-parallel); it
         # is given the batch's total weight (its tokens, where the loss is a token mean)
         self.average_gradients: Callable[[torch.nn.Module, float], None] | None = None
+        # and this, for the statistics an algorithm takes over the whole batch
+        self.ranks = OneProcess()
 
     def prepare(self, model: PreTrainedModel, longest: int, length_field: str, layout: str) -> None:
         """Check that the ``longest`` sequence (its ``layout``; ``length_field`` sets its length)

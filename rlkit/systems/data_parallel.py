@@ -15,11 +15,13 @@ set per rank). On the CPU, over gloo, as the tests run it::
 Every rank builds the same trainer from the same config (the same start and held-out set), and
 ``make_data_parallel`` then changes three things. Each rank trains on its share of every batch
 (``shard_data``): the config's batch sizes are per rank, as Accelerate's are per device. Every
-rank after the first samples from a stream of its own. And the ranks step together:
+rank after the first samples from a stream of its own. RLHF-PPO's whitening of the advantages and
+its adaptive KL coefficient read every rank's numbers. And the ranks step together:
 
-- ``"ddp"``: every rank starts from rank 0's weights and replaces its gradient with the ranks' mean
-  at each optimizer step (eq-data-parallel), which is what PyTorch's DDP does (DDP overlaps the
-  all-reduce with the backward pass, in buckets; here it follows the step's accumulation);
+- ``"ddp"``: every rank starts from rank 0's weights and, at each optimizer step, replaces its
+  gradient with the ranks' mean weighed by what each rank's loss is a mean over (its tokens,
+  completions or pairs), the global batch's gradient (eq-data-parallel); PyTorch's DDP takes the
+  plain mean, in buckets overlapped with the backward pass, where this follows the accumulation;
 - ``"fsdp"``: each transformer block, and then the whole model, is sharded with FSDP2's
   ``fully_shard``: each rank keeps ``1/W`` of every weight, gradient and optimizer state, gathers a
   block's weights for its forward and backward passes, and reduce-scatters its gradients.
@@ -43,7 +45,13 @@ import torch.distributed as dist
 
 from rlkit.checkpoint import write_atomically
 from rlkit.llm.trainer import LanguageModelTrainer, adamw_with_decay_groups
-from rlkit.systems.spmd import GradientAverager, broadcast_parameters, rank_seed, run_torchrun
+from rlkit.systems.spmd import (
+    AcrossRanks,
+    GradientAverager,
+    broadcast_parameters,
+    rank_seed,
+    run_torchrun,
+)
 from rlkit.training import fit, is_count, require
 
 __all__ = [
@@ -101,11 +109,10 @@ def require_data_parallel_run(algorithm: str, config, mode: str) -> None:
         getattr(config, "dynamic_sampling_rounds", 0),
     )
     require(
-        getattr(config, "target_kl", None) is None,
-        "target_kl",
-        "None under data parallelism (each rank's controller would follow its own KL; "
-        "rlkit.systems.spmd averages it over the ranks)",
-        getattr(config, "target_kl", None),
+        getattr(config, "scale", None) != "batch",
+        "scale",
+        "'group' or 'none' under data parallelism (the batch's std would be each rank's)",
+        getattr(config, "scale", None),
     )
 
 
@@ -114,10 +121,11 @@ def make_data_parallel(trainer: LanguageModelTrainer, mode: str) -> None:
     (``mode``: ``"ddp"`` or ``"fsdp"``), in a process group already started."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     trainer.shard_data(rank, world_size)
+    trainer.ranks = AcrossRanks()  # RLHF-PPO's whitening and KL controller read every rank's
     if rank > 0:
         torch.manual_seed(rank_seed(trainer.config.seed, rank))
     if mode == "ddp":
-        for model in trained_models(trainer):
+        for model in models_stepped(trainer):
             broadcast_parameters(model)
         trainer.average_gradients = GradientAverager()
     else:
@@ -127,7 +135,7 @@ def make_data_parallel(trainer: LanguageModelTrainer, mode: str) -> None:
         )
 
 
-def trained_models(trainer: LanguageModelTrainer) -> list[torch.nn.Module]:
+def models_stepped(trainer: LanguageModelTrainer) -> list[torch.nn.Module]:
     """The models the trainer steps: the policy (or reward model), and RLHF-PPO's critic."""
     critic = getattr(trainer, "critic", None)
     return [trainer.model] + ([critic] if critic is not None else [])
@@ -175,9 +183,11 @@ def run(algorithm: str, fields: dict, out: Path, mode: str | None) -> None:
     trainer = trainer_class(config)
     make_data_parallel(trainer, mode)
     fit(trainer)
-    weights = full_state_dict(trainer.model)
+    state = {"model": full_state_dict(trainer.model)}
+    if getattr(trainer, "critic", None) is not None:  # RLHF-PPO's (never sharded: DDP only)
+        state["critic"] = trainer.critic.state_dict()
     if accelerator.is_main_process:
-        torch.save({"model": weights}, out / "state.pt")
+        torch.save(state, out / "state.pt")
         text = json.dumps({"world_size": accelerator.num_processes, "mode": mode,
                            "history": trainer.history}).encode()  # fmt: skip
         write_atomically(out / "history.json", lambda file: file.write(text))

@@ -30,7 +30,7 @@ from rlkit.llm.rlhf_ppo import (
     shaped_rewards,
 )
 from rlkit.llm.tasks import TaskData, make_task
-from rlkit.losses import masked_whiten
+from rlkit.llm.trainer import OneProcess
 from rlkit.training import is_count, require
 
 __all__ = [
@@ -47,7 +47,7 @@ __all__ = [
 
 # "generate_wait": how long the driver waited for an overlapped generation and the scores started
 # on it (asynchronous rollouts);
-# "weights": sending the actor's weights to a generator apart from it
+# "weights": asking for the actor's weights to go to a generator apart from it
 PHASES = (
     "generate",
     "generate_wait",
@@ -127,19 +127,6 @@ def roles_needed(config: GRPOConfig | RLHFPPOConfig, asynchronous: bool = False)
     if asynchronous:
         roles.append("rollout")
     return roles
-
-
-class OneProcess:
-    """What a driver combines over the data-parallel ranks, when there is one: nothing. (The SPMD
-    ranks of ``rlkit.systems.spmd`` combine over ``torch.distributed``.)"""
-
-    def mean(self, value: float) -> float:
-        """The mean of a statistic over the ranks."""
-        return value
-
-    def whiten(self, x, mask):
-        """``masked_whiten`` over every rank's valid entries."""
-        return masked_whiten(x, mask)
 
 
 class Dataflow:

@@ -237,7 +237,12 @@ class CriticRole:
         return stats
 
     def state_dict(self) -> dict:
-        return {"critic": self.trainer.critic.state_dict()}
+        """The critic and its optimizer."""
+        trainer = self.trainer
+        return {
+            "critic": trainer.critic.state_dict(),
+            "critic_optimizer": trainer.critic_optimizer.state_dict(),
+        }
 
 
 class PPORewardRole:

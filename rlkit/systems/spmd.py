@@ -117,14 +117,15 @@ def rank_config(config: GRPOConfig | RLHFPPOConfig, world_size: int) -> GRPOConf
 
 
 class GradientAverager:
-    """Replaces every rank's gradient with the ranks' mean, ``g = (1/W) sum_r g_r``
-    (eq-data-parallel), or (``weighted``, for a loss that is a mean over tokens) the mean weighed
-    by each rank's share of the weight, ``g = sum_r n_r g_r / sum_r n_r``: one all-reduce over all
-    the gradients flattened into one buffer (DDP does the same in buckets, overlapped with the
-    backward pass). Counts the seconds it spends."""
+    """Replaces every rank's gradient with the ranks' mean weighed by each rank's share of the
+    step's weight, ``g = sum_r n_r g_r / sum_r n_r``, where ``n_r`` is what rank ``r``'s loss is a
+    mean over (its completions, tokens or pairs: the total weight ``optimizer_step`` hands over).
+    With equal shares it is ``g = (1/W) sum_r g_r`` (eq-data-parallel). One all-reduce of the
+    weights, one over all the gradients flattened into one buffer (DDP does the latter in
+    buckets, overlapped with the backward pass). Counts the seconds it spends."""
 
-    def __init__(self, weighted: bool = False):
-        self.weighted, self.seconds = weighted, 0.0
+    def __init__(self):
+        self.seconds = 0.0
 
     def __call__(self, model: torch.nn.Module, weight: float) -> None:
         start = time.perf_counter()
@@ -133,11 +134,9 @@ class GradientAverager:
             if parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
         grads = [parameter.grad for parameter in trained]
-        share = torch.ones(1, dtype=grads[0].dtype)
-        if self.weighted:
-            share = torch.tensor([weight], dtype=grads[0].dtype)
-            dist.all_reduce(share, op=dist.ReduceOp.SUM)
-            share = weight * dist.get_world_size() / share
+        total = torch.tensor([weight], dtype=torch.float64, device=grads[0].device)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        share = weight * dist.get_world_size() / total.item()
         flat = torch.cat([grad.flatten() for grad in grads]) * share
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= dist.get_world_size()
@@ -149,12 +148,16 @@ class GradientAverager:
 
 
 class AcrossRanks:
-    """What a rank's driver combines over every rank (``OneProcess`` in one process): a
+    """What a rank's driver or trainer combines over every rank (``OneProcess`` in one process): a
     statistic's mean, and the whitening of the advantages over every rank's valid tokens, with
     ``masked_whiten``'s mean and unbiased variance."""
 
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size()
+
     def mean(self, value: float) -> float:
-        total = torch.tensor([value], dtype=torch.float64)
+        total = torch.tensor([value], dtype=torch.float64, device=collective_device())
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
         return total.item() / dist.get_world_size()
 
@@ -174,6 +177,13 @@ class AcrossRanks:
         return centred * torch.rsqrt(squares / (count - 1) + 1e-8) * valid
 
 
+def collective_device() -> torch.device:
+    """Where a small tensor for a collective lives: NCCL's collectives take CUDA tensors only."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def broadcast_parameters(model: torch.nn.Module) -> None:
     """Every rank starts from rank 0's weights (as DDP does when it wraps a model)."""
     for parameter in model.parameters():
@@ -191,10 +201,12 @@ def rank_seed(seed: int, rank: int) -> int:
 def mean_over_ranks(row: dict[str, float]) -> dict[str, float]:
     """The history row averaged over the ranks (each rank's statistics are its own share's)."""
     names = sorted(row)
-    values = torch.tensor([float(row[name]) for name in names], dtype=torch.float64)
+    values = torch.tensor(
+        [float(row[name]) for name in names], dtype=torch.float64, device=collective_device()
+    )
     dist.all_reduce(values, op=dist.ReduceOp.SUM)
     values /= dist.get_world_size()
-    return dict(zip(names, values.tolist()))
+    return dict(zip(names, values.cpu().tolist()))
 
 
 def trained_models(host: LocalHost) -> dict[str, tuple]:
@@ -220,7 +232,7 @@ def run_rank(
     trained, averagers = trained_models(host), {}
     for phase, (trainer, model, _) in trained.items():
         broadcast_parameters(model)
-        averagers[phase] = GradientAverager(weighted=isinstance(config, RLHFPPOConfig))
+        averagers[phase] = GradientAverager()
         trainer.average_gradients = averagers[phase]
     if rank > 0:  # rank 0 goes on with the stream its trainer seeded (it is the single process)
         torch.manual_seed(rank_seed(config.seed, rank))
@@ -261,7 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--save-rollout", action="store_true", help="each rank's first rollout")
     args = parser.parse_args(argv)
     fields = json.loads(Path(args.config).read_text())
-    config_class = RLHFPPOConfig if fields.pop("algorithm") == "rlhf_ppo" else GRPOConfig
+    algorithm = fields.pop("algorithm", None)
+    require(algorithm in ("grpo", "rlhf_ppo"), "algorithm", "'grpo' or 'rlhf_ppo'", algorithm)
+    config_class = RLHFPPOConfig if algorithm == "rlhf_ppo" else GRPOConfig
     config = config_class(**fields)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

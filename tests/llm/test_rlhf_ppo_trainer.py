@@ -359,3 +359,20 @@ def test_the_correction_weighs_the_actor_s_loss_and_a_resumed_stale_run_equals_t
     assert abs(expected.item() - plain.item()) > 1e-6
     step = trainer._actor_step([piece], [float(piece.mask.sum())])
     assert step["policy_loss"] == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
+
+
+def test_a_trainer_that_keeps_only_some_models_refuses_what_needs_the_others():
+    """Chapter 13's roles build the trainer with only their own models: a whole iteration, a
+    checkpoint or a score without the reward model is refused by name, never a crash inside."""
+    tokenizer = build_char_tokenizer()
+    actor, reward_model = four_models(tokenizer)
+    config = RLHFPPOConfig(**SMALL)
+    kept = RLHFPPOTrainer(config, actor, tokenizer, reward_model=reward_model, keep=("critic",))
+    assert kept.critic is not None and kept.reference is None and kept.reward_model is None
+    for call in (kept.run_update, kept.state_dict):
+        with pytest.raises(ValueError, match="keep"):
+            call()
+    with pytest.raises(ValueError, match="keep"):
+        kept._scores(["1 2"], ["1 2"], None)
+    with pytest.raises(ValueError, match="keep"):
+        RLHFPPOTrainer(config, actor, tokenizer, reward_model=reward_model, keep="critic")

@@ -19,7 +19,6 @@ import torch
 from rlkit.llm.dpo import DPOConfig
 from rlkit.llm.grpo import GRPOConfig
 from rlkit.llm.reward_model import RewardModelConfig, RewardModelTrainer
-from rlkit.llm.rlhf_ppo import RLHFPPOConfig
 from rlkit.llm.sft import SFTConfig, SFTTrainer
 from rlkit.llm.tasks import TaskData, make_task
 from rlkit.systems.data_parallel import launch, require_data_parallel_run
@@ -86,7 +85,7 @@ def test_the_sampling_trainers_run_under_ddp_on_two_ranks(config, ppo_config, tm
     grpo = dict(dataclasses.asdict(config), num_iterations=2)
     result = launch("grpo", grpo, tmp_path / "grpo", nproc=2, mode="ddp")
     assert [row["iteration"] for row in result["history"]] == [1, 2]
-    ppo = dict(dataclasses.asdict(ppo_config), num_iterations=2, target_kl=None)
+    ppo = dict(dataclasses.asdict(ppo_config), num_iterations=2)  # with the adaptive KL
     result = launch("rlhf-ppo", ppo, tmp_path / "ppo", nproc=2, mode="ddp")
     assert [row["iteration"] for row in result["history"]] == [1, 2]
     assert all(row["grad_norm_critic"] > 0 for row in result["history"])  # the critic stepped
@@ -108,10 +107,10 @@ def test_each_rank_trains_on_its_own_share_of_the_reward_model_s_pairs():
     for rank, trainer in enumerate(trainers):
         trainer.shard_data(rank, 2)
     first, second = (trainer.train_pairs for trainer in trainers)
-    assert len(first) == len(second) == 50  # the last of an uneven split is left out
-    assert first + second != pairs and sorted(map(repr, first + second)) == sorted(
-        map(repr, pairs[:100])
-    )
+    # every other pair, as many on each rank: the last of an uneven split is left out
+    assert first == pairs[:100][0::2] and second == pairs[:100][1::2]
+    with pytest.raises(ValueError, match="num_train_pairs"):  # fewer pairs than ranks
+        RewardModelTrainer(dataclasses.replace(config, num_train_pairs=2)).shard_data(0, 3)
 
 
 @pytest.mark.parametrize(
@@ -122,7 +121,7 @@ def test_each_rank_trains_on_its_own_share_of_the_reward_model_s_pairs():
         ("sft", SFTConfig(), "zero3", "mode"),
         ("ppo", SFTConfig(), "ddp", "algorithm"),
         ("dpo", DPOConfig(pairs="online"), "ddp", "pairs"),
-        ("rlhf-ppo", RLHFPPOConfig(target_kl=1.0), "ddp", "target_kl"),
+        ("grpo", GRPOConfig(scale="batch"), "ddp", "scale"),
     ],
 )
 def test_runs_whose_ranks_could_step_apart_are_refused_by_name(algorithm, config, mode, field):
