@@ -438,3 +438,14 @@ def fit_side_by_side(
 
 def _fit_one(make_trainer: Callable[[Any], Trainer], config: Any) -> TrainResult:
     return fit(make_trainer(config))
+
+
+def require_rank(rank: int, world_size: int) -> None:
+    """A ValueError naming the field unless ``rank`` is one of ``world_size >= 1`` ranks."""
+    require(is_count(world_size), "world_size", "an integer >= 1", world_size)
+    require(
+        isinstance(rank, int) and 0 <= rank < world_size,
+        "rank",
+        f"an integer in [0, {world_size})",
+        rank,
+    )

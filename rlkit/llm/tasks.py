@@ -17,7 +17,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from rlkit.training import is_count, is_finite_number, is_seed, require
+from rlkit.training import is_count, is_finite_number, is_seed, require, require_rank
 
 
 @dataclass(frozen=True)
@@ -233,13 +233,7 @@ class TaskData:
         """Data parallelism (Chapter 13): from now on ``train_batch(n)`` draws the next ``n *
         world_size`` examples of the stream and returns the ``rank``-th ``n`` of them, so that
         ranks built with the same seed split every global batch between them."""
-        require(is_count(world_size), "world_size", "an integer >= 1", world_size)
-        require(
-            isinstance(rank, int) and 0 <= rank < world_size,
-            "rank",
-            f"an integer in [0, {world_size})",
-            rank,
-        )
+        require_rank(rank, world_size)
         self.rank, self.world_size = rank, world_size
 
     def train_batch(self, batch_size: int) -> list[Example]:

@@ -45,6 +45,7 @@ from rlkit.training import (
     is_seed,
     require,
     require_device,
+    require_rank,
     seed_everything,
     set_learning_rate,
     warmup_cosine,
@@ -229,13 +230,7 @@ class OneProcess:
 def rank_share(items: list, rank: int, world_size: int, field: str) -> list:
     """Rank ``rank``'s share of a fixed list for data parallelism: every ``world_size``-th item
     from ``rank``, as many on every rank (the last few of an uneven split are left out)."""
-    require(is_count(world_size), "world_size", "an integer >= 1", world_size)
-    require(
-        isinstance(rank, int) and 0 <= rank < world_size,
-        "rank",
-        f"an integer in [0, {world_size})",
-        rank,
-    )
+    require_rank(rank, world_size)
     require(
         len(items) >= world_size,
         field,
