@@ -298,15 +298,6 @@ class RLHFPPOConfig(LanguageModelTrainingConfig):
         )
 
 
-def own_device(device: str) -> list[int]:
-    """The CUDA device a process computes on, for ``torch.random.fork_rng`` (which otherwise
-    saves and restores the generator of every visible GPU); none on the CPU."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return []
-    return [torch.cuda.current_device() if device.index is None else device.index]
-
-
 def require_reads_actor_tokens(critic: ValueHeadModel, actor: PreTrainedModel) -> None:
     """A critic that reads the actor's tokens: its embedding table is the actor's vocabulary."""
     vocabulary = critic.backbone.get_input_embeddings().num_embeddings
@@ -431,7 +422,7 @@ class RLHFPPOTrainer(LanguageModelTrainer):
         require(tokenizer is not None, "tokenizer", "the actor's tokenizer", tokenizer)
         self.tokenizer = tokenizer
         self.reward_model, self.reward_tokenizer = None, None
-        builds_critic = "critic" in keep and critic is None
+        builds_critic = critic is None
         needs_reward_model = "reward_model" in keep or (
             builds_critic and config.critic_from == "reward_model"
         )
@@ -451,13 +442,15 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             self.reward_model = frozen(reward_model.to(config.device))
             self.reward_tokenizer = reward_tokenizer
         if builds_critic:
-            # the new value head's draws leave torch's streams as they were: a process that holds
-            # the actor without the critic (Chapter 13's roles) samples what this one samples
-            with torch.random.fork_rng(devices=own_device(config.device)):
-                critic = self._critic_from_config(actor, tokenizer)
+            # built even where it is not kept: its new value head draws from torch's random
+            # streams, and a trainer that keeps only some models (Chapter 13's roles) must sample
+            # what the whole trainer samples
+            critic = self._critic_from_config(actor, tokenizer)
         if "critic" in keep:
             require_reads_actor_tokens(critic, actor)
-        if "reward_model" not in keep:  # it was loaded only to start the critic from
+        else:
+            critic = None
+        if "reward_model" not in keep:  # it was loaded only to build the critic from
             self.reward_model = None
         longest = max_prompt_tokens(tokenizer, self.task) + config.max_new_tokens
         layout = "<bos> prompt response (num_digits and max_new_tokens)"
