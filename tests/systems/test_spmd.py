@@ -65,7 +65,8 @@ def test_two_ranks_take_the_single_process_step_on_the_same_completions(config, 
     trainer = GRPOTrainer(config)
     stats = trainer._policy_epochs(stacked(rollouts, trainer.tokenizer.pad_token_id))
     state = torch.load(tmp_path / "state.pt")
-    assert_same_weights(state["model"], trainer.model.state_dict())
+    tolerance = adam_step_tolerance(config.learning_rate)
+    assert_same_weights(state["model"], trainer.model.state_dict(), tolerance)
     assert_same_first_moments(state["optimizer"], trainer.optimizer)
     assert result["history"][0]["grad_norm"] == pytest.approx(stats["grad_norm"], rel=1e-5)
 
@@ -102,6 +103,14 @@ def stacked_ppo(rollouts: list[Minibatch], pad_id: int, temperature: float) -> M
     return Minibatch.of(batch, rows("advantages"), rows("returns"), rows("old_values"))
 
 
+def adam_step_tolerance(learning_rate: float) -> float:
+    """How far one Adam step on the ranks' averaged gradient may land from the single process's:
+    the step divides each gradient by its own size, so where a gradient is near 0 the last bits of
+    the two sums (summed in other orders) move it by up to the step size, ``lr`` either way. The
+    gradients themselves (Adam's first moments) carry the close comparison."""
+    return 2 * learning_rate
+
+
 def assert_same_first_moments(state: dict, optimizer: torch.optim.Optimizer) -> None:
     """Adam's first moment is (1 - beta1) times the gradient after one step: the ranks' averaged
     gradient is the single process's (the weights alone would hide it: Adam's first step is about
@@ -129,8 +138,14 @@ def test_two_ranks_take_rlhf_ppo_s_steps_on_the_same_completions(ppo_config, tmp
     assert any(abs(r.advantages[r.mask.bool()].mean().item()) > 1e-3 for r in rollouts)
     trainer._ppo_epochs(whole)
     state = torch.load(tmp_path / "state.pt")
-    assert_same_weights(state["model"], trainer.model.state_dict())
-    assert_same_weights(state["critic_model"], trainer.critic.state_dict())
+    assert_same_weights(
+        state["model"], trainer.model.state_dict(), adam_step_tolerance(config.learning_rate)
+    )
+    assert_same_weights(
+        state["critic_model"],
+        trainer.critic.state_dict(),
+        adam_step_tolerance(config.critic_learning_rate),
+    )
     # the policy's and the value loss's gradients are token means: weighed by each rank's tokens
     assert_same_first_moments(state["optimizer"], trainer.optimizer)
     assert_same_first_moments(state["critic_optimizer"], trainer.critic_optimizer)
