@@ -78,3 +78,11 @@ def assert_same_history(rows, expected):
     assert len(rows) == len(expected)
     for row, expected_row in zip(rows, expected):
         assert row == pytest.approx(expected_row, rel=1e-6, abs=1e-9)
+
+
+def adam_step_tolerance(learning_rate: float, steps: int = 1) -> float:
+    """How far one Adam step on the ranks' averaged gradient may land from the single process's:
+    the step divides each gradient by its own size, so where a gradient is near 0 the last bits of
+    the two sums (summed in other orders) move it by up to the step size, ``lr`` either way, at each
+    of ``steps``. The gradients themselves (Adam's first moments) carry the close comparison."""
+    return 2 * learning_rate * steps

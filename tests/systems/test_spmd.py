@@ -20,6 +20,7 @@ from rlkit.llm.grpo import GRPOTrainer, Rollout
 from rlkit.llm.rlhf_ppo import Minibatch, RLHFPPOTrainer
 from rlkit.systems.spmd import launch, require_data_parallel_settings
 from tests.systems.conftest import (
+    adam_step_tolerance,
     assert_same_history,
     assert_same_weights,
     lora,
@@ -101,14 +102,6 @@ def stacked_ppo(rollouts: list[Minibatch], pad_id: int, temperature: float) -> M
         )
 
     return Minibatch.of(batch, rows("advantages"), rows("returns"), rows("old_values"))
-
-
-def adam_step_tolerance(learning_rate: float) -> float:
-    """How far one Adam step on the ranks' averaged gradient may land from the single process's:
-    the step divides each gradient by its own size, so where a gradient is near 0 the last bits of
-    the two sums (summed in other orders) move it by up to the step size, ``lr`` either way. The
-    gradients themselves (Adam's first moments) carry the close comparison."""
-    return 2 * learning_rate
 
 
 def assert_same_first_moments(state: dict, optimizer: torch.optim.Optimizer) -> None:
