@@ -554,6 +554,13 @@ class RLHFPPOTrainer(LanguageModelTrainer):
             self.kl_coef = self.kl_controller.update(self.ranks.mean(row["kl"]), responses)
         return row
 
+    def stepped_models(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
+        """The policy, and the critic where this trainer keeps it."""
+        stepped = super().stepped_models()
+        if self.critic is not None:
+            stepped["critic"] = (self.critic, self.critic_optimizer)
+        return stepped
+
     def _generate(self, prompts: list[str]) -> tuple[ResponseBatch, torch.Tensor | None]:
         """One response per prompt, from the actor or (``sampler_dtype``, ``sampler_lag``) its
         separate sampler; then the batch's log-probabilities are the actor's (PPO's old ones, and

@@ -312,6 +312,12 @@ class LanguageModelTrainer(Trainer):
         optimizer.step()
         return {**sums, "grad_norm": grad_norm.item(), "learning_rate": learning_rate}
 
+    def stepped_models(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
+        """Each model this trainer's optimizer steps take, with its optimizer, by name: the policy
+        (or the reward model) as ``"policy"``; RLHF-PPO adds its critic. Data parallelism
+        (Chapter 13) starts and averages exactly these."""
+        return {"policy": (self.model, self.optimizer)}
+
     def shard_data(self, rank: int, world_size: int) -> None:
         """Data parallelism (Chapter 13's ``rlkit.systems.data_parallel``): this rank trains on
         its share of every batch; ranks built from one config split each global batch."""

@@ -125,7 +125,7 @@ def make_data_parallel(trainer: LanguageModelTrainer, mode: str) -> None:
     if rank > 0:
         torch.manual_seed(rank_seed(trainer.config.seed, rank))
     if mode == "ddp":
-        for model in models_stepped(trainer):
+        for model, _ in trainer.stepped_models().values():
             broadcast_parameters(model)
         trainer.average_gradients = GradientAverager()
     else:
@@ -133,12 +133,6 @@ def make_data_parallel(trainer: LanguageModelTrainer, mode: str) -> None:
         trainer.optimizer = adamw_with_decay_groups(
             trainer.model, trainer.config.learning_rate, trainer.config.weight_decay
         )
-
-
-def models_stepped(trainer: LanguageModelTrainer) -> list[torch.nn.Module]:
-    """The models the trainer steps: the policy (or reward model), and RLHF-PPO's critic."""
-    critic = getattr(trainer, "critic", None)
-    return [trainer.model] + ([critic] if critic is not None else [])
 
 
 def shard_blocks(model: torch.nn.Module) -> None:
@@ -184,8 +178,9 @@ def run(algorithm: str, fields: dict, out: Path, mode: str | None) -> None:
     make_data_parallel(trainer, mode)
     fit(trainer)
     state = {"model": full_state_dict(trainer.model)}
-    if getattr(trainer, "critic", None) is not None:  # RLHF-PPO's (never sharded: DDP only)
-        state["critic"] = trainer.critic.state_dict()
+    stepped = trainer.stepped_models()
+    if "critic" in stepped:  # RLHF-PPO's (never sharded: DDP only)
+        state["critic"] = stepped["critic"][0].state_dict()
     if accelerator.is_main_process:
         torch.save(state, out / "state.pt")
         text = json.dumps({"world_size": accelerator.num_processes, "mode": mode,

@@ -212,11 +212,11 @@ def mean_over_ranks(row: dict[str, float]) -> dict[str, float]:
 def trained_models(host: LocalHost) -> dict[str, tuple]:
     """Each phase that steps a model (the actor's "policy", RLHF-PPO's "critic"): its trainer,
     model and optimizer."""
-    actor = host.roles["actor"].trainer
-    trained = {"policy": (actor, actor.model, actor.optimizer)}
-    if "critic" in host.roles:
-        critic = host.roles["critic"].trainer
-        trained["critic"] = (critic, critic.critic, critic.critic_optimizer)
+    trained = {}
+    for phase, role in (("policy", "actor"), ("critic", "critic")):  # the role that steps each
+        if role in host.roles:
+            trainer = host.roles[role].trainer
+            trained[phase] = (trainer, *trainer.stepped_models()[phase])
     return trained
 
 

@@ -376,3 +376,17 @@ def test_a_trainer_that_keeps_only_some_models_refuses_what_needs_the_others():
         kept._scores(["1 2"], ["1 2"], None)
     with pytest.raises(ValueError, match="keep"):
         RLHFPPOTrainer(config, actor, tokenizer, reward_model=reward_model, keep="critic")
+
+
+def test_the_models_a_trainer_steps_are_the_policy_and_the_critic_it_keeps():
+    """What data parallelism starts from rank 0 and averages: the critic only where it is kept."""
+    tokenizer = build_char_tokenizer()
+    actor, reward_model = four_models(tokenizer)
+    config = RLHFPPOConfig(**SMALL)
+    whole = RLHFPPOTrainer(config, actor, tokenizer, reward_model=reward_model)
+    assert whole.stepped_models() == {
+        "policy": (whole.model, whole.optimizer),
+        "critic": (whole.critic, whole.critic_optimizer),
+    }
+    rollout = RLHFPPOTrainer(config, actor, tokenizer, reward_model=reward_model, keep=())
+    assert rollout.stepped_models() == {"policy": (rollout.model, rollout.optimizer)}

@@ -21,6 +21,8 @@ from rlkit.llm.grpo import GRPOConfig
 from rlkit.llm.reward_model import RewardModelConfig, RewardModelTrainer
 from rlkit.llm.sft import SFTConfig, SFTTrainer
 from rlkit.llm.tasks import TaskData, make_task
+from rlkit.runs import ALGORITHMS
+from rlkit.systems import data_parallel
 from rlkit.systems.data_parallel import launch, require_data_parallel_run
 from rlkit.systems.spmd import free_port
 from tests.systems.conftest import adam_step_tolerance, assert_same_weights
@@ -102,6 +104,16 @@ def test_the_sampling_trainers_run_under_ddp_on_two_ranks(config, ppo_config, tm
     result = launch("rlhf-ppo", ppo, tmp_path / "ppo", nproc=2, mode="ddp")
     assert [row["iteration"] for row in result["history"]] == [1, 2]
     assert all(row["grad_norm_critic"] > 0 for row in result["history"])  # the critic stepped
+
+
+def test_its_algorithms_are_the_command_line_s_language_model_algorithms():
+    """The systems layer may not import ``rlkit.runs``, so it names the trainers itself: the same
+    names, configs and trainers as the ``rlkit`` command's."""
+    language_models = [name for name, spec in ALGORITHMS.items() if spec.language_model]
+    assert list(data_parallel.ALGORITHMS) == language_models
+    for name in language_models:
+        spec = ALGORITHMS[name]
+        assert data_parallel.config_and_trainer(name) == (spec.config, spec.trainer)
 
 
 def test_the_ranks_split_every_global_batch_of_the_stream():
