@@ -84,8 +84,10 @@ class RemoteCollector:
         except ray.exceptions.RayActorError as error:
             raise WorkerFailed(f"a rollout worker died: {type(error).__name__}") from error
         except ray.exceptions.GetTimeoutError as error:
+            self.close()  # or the late ones go on sampling for nobody
             raise WorkerFailed(
-                f"a rollout worker did not answer within {self.timeout} s"
+                f"a rollout worker did not answer within {self.timeout} s (the workers were "
+                "stopped)"
             ) from error
 
     def collect(self) -> Rollout:

@@ -10,7 +10,8 @@ usage statistics off, on the loopback address.
 When a worker dies, the driver never waits for it: a worker whose roles keep no state of their own
 (the reference and the reward are rebuilt from the config) is restarted once and the call retried;
 a worker that holds the actor (the policy and its optimizer) stops the run with an error that
-names the role. A call that does not answer within ``call_timeout`` seconds stops it too.
+names the role. A call that does not answer within ``call_timeout`` seconds stops the run too,
+and its worker with it.
 """
 
 from __future__ import annotations
@@ -189,9 +190,10 @@ class RayHost:
         try:
             return ray.get(reference, timeout=self.call_timeout)
         except ray.exceptions.GetTimeoutError as error:
+            self.kill()  # or it goes on computing for nobody, and later calls queue behind it
             raise WorkerFailed(
                 f"the worker of {self.roles} did not answer {role}.{method} within "
-                f"{self.call_timeout} s"
+                f"{self.call_timeout} s (it was stopped)"
             ) from error
         except ray.exceptions.RayActorError as error:
             holds_state = not set(self.roles) <= set(STATELESS_ROLES)

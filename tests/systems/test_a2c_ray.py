@@ -1,6 +1,7 @@
 """A2C with its rollout workers as Ray actors: one worker is the single-process trainer, update
 by update; two workers play the same env copies (copy j seeded seed + j) and the learner steps on
-their joined rollout; a resumed run equals the whole. (Marked ``alone``.)"""
+their joined rollout; a resumed run equals the whole; workers that do not answer in time are
+stopped. (Marked ``alone``.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rlkit.rollouts import Rollout
 ray = pytest.importorskip("ray")
 
 from rlkit.systems.a2c_ray import RayA2CTrainer, join_rollouts  # noqa: E402
-from rlkit.systems.ray_controller import start_ray, stop_ray  # noqa: E402
+from rlkit.systems.ray_controller import WorkerFailed, start_ray, stop_ray  # noqa: E402
 
 pytestmark = pytest.mark.alone
 CONFIG = A2CConfig(num_envs=4, num_steps=5, total_steps=400, seed=3)
@@ -70,6 +71,18 @@ def test_a_resumed_run_with_two_workers_equals_the_whole():
     resumed.load_state_dict(state)
     assert history_of_first == whole[:3]
     assert history_of(resumed, 3) == whole
+
+
+def test_workers_that_do_not_answer_in_time_stop_the_run_and_are_stopped():
+    trainer = RayA2CTrainer(CONFIG, num_workers=2, timeout=0.01)  # the workers are still starting
+    try:
+        with pytest.raises(WorkerFailed, match=r"did not answer within 0.01 s"):
+            trainer.run_update()
+        for worker in trainer.collector.workers:  # not left sampling for nobody
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(worker.state_dict.remote(), timeout=120)
+    finally:
+        trainer.close()
 
 
 def history_of_without_close(trainer, updates):

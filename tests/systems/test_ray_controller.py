@@ -145,6 +145,8 @@ def test_a_call_that_does_not_answer_in_time_stops_the_run(config, ray_session, 
     close_workers(flow)
     with pytest.raises(WorkerFailed, match=r"did not answer actor.generate within 0.01 s"):
         flow.run_iteration()
+    with pytest.raises(ray.exceptions.RayActorError):  # stopped, not left computing for nobody
+        ray.get(flow.hosts["actor"].handle.pid.remote(), timeout=120)
 
 
 @pytest.mark.parametrize(
