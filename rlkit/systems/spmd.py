@@ -11,8 +11,9 @@ optimizer step: after each has accumulated its gradient, the gradients are avera
 (eq-data-parallel), so that every rank takes the same step and the weights stay equal.
 
 For a loss that is a mean over completions (GRPO's ``loss_type`` "grpo" or "dr_grpo") the mean of
-the ranks' gradients is the gradient of the global batch; for a token mean (RLHF-PPO's policy and
-value losses) each rank's gradient is weighed by its share of the tokens. One step on ``W`` ranks
+the ranks' gradients is the gradient of the global batch; for a token mean over the batch
+(RLHF-PPO's policy and value losses, GRPO's "dapo") each rank's gradient is weighed by its share of
+the tokens. One step on ``W`` ranks
 then equals one step of the single process on the same completions, up to the order of the float
 sums (each step on the whole batch: minibatches are refused, since each rank would shuffle only
 its own share).
@@ -54,8 +55,9 @@ __all__ = [
     "require_data_parallel_settings",
 ]
 
-# losses whose gradient is a mean over completions, so that the ranks' mean is the global one
-DATA_PARALLEL_LOSSES = ("grpo", "dr_grpo")
+# losses whose global gradient the ranks' weighted mean is: means over completions, and "dapo"'s
+# token mean over the whole batch (each rank weighed by its tokens); "bnpo" averages token means
+DATA_PARALLEL_LOSSES = ("grpo", "dr_grpo", "dapo")
 
 
 def require_data_parallel_settings(config: GRPOConfig | RLHFPPOConfig, world_size: int) -> None:
@@ -85,8 +87,8 @@ def require_data_parallel_settings(config: GRPOConfig | RLHFPPOConfig, world_siz
     require(
         config.loss_type in DATA_PARALLEL_LOSSES,
         "loss_type",
-        f"one of {DATA_PARALLEL_LOSSES} under data parallelism (a token mean over the batch is "
-        "not the mean of the ranks' token means)",
+        f"one of {DATA_PARALLEL_LOSSES} under data parallelism ('bnpo' averages each "
+        "micro-batch's token mean, and a rank's share would be a micro-batch of its own)",
         config.loss_type,
     )
     require(
