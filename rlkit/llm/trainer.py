@@ -313,9 +313,9 @@ class LanguageModelTrainer(Trainer):
         return {**sums, "grad_norm": grad_norm.item(), "learning_rate": learning_rate}
 
     def stepped_models(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
-        """Each model this trainer's optimizer steps take, with its optimizer, by name: the policy
-        (or the reward model) as ``"policy"``; RLHF-PPO adds its critic. Data parallelism
-        (Chapter 13) starts and averages exactly these."""
+        """The models this trainer's steps update, each with its optimizer, by name: the policy (or
+        the reward model) as ``"policy"``; RLHF-PPO adds its critic. Data parallelism (Chapter
+        13) starts these from rank 0's weights and averages their gradients."""
         return {"policy": (self.model, self.optimizer)}
 
     def shard_data(self, rank: int, world_size: int) -> None:

@@ -13,10 +13,9 @@ optimizer step: after each has accumulated its gradient, the gradients are avera
 For a loss that is a mean over completions (GRPO's ``loss_type`` "grpo" or "dr_grpo") the mean of
 the ranks' gradients is the gradient of the global batch; for a token mean over the batch
 (RLHF-PPO's policy and value losses, GRPO's "dapo") each rank's gradient is weighed by its share of
-the tokens. One step on ``W`` ranks
-then equals one step of the single process on the same completions, up to the order of the float
-sums (each step on the whole batch: minibatches are refused, since each rank would shuffle only
-its own share).
+the tokens. One step on ``W`` ranks then equals one step of the single process on the same
+completions, up to the order of the float sums (each step on the whole batch: minibatches are
+refused, since each rank would shuffle only its own share).
 
 Run it as ``torchrun --nproc-per-node 2 -m rlkit.systems.spmd --config run.json --out folder``, or
 from Python with ``launch``.

@@ -57,7 +57,8 @@ def stacked(rollouts: list[Rollout], pad_id: int) -> Rollout:
 def test_two_ranks_take_the_single_process_step_on_the_same_completions(
     config, loss_type, tmp_path
 ):
-    """ "dapo" divides by the whole batch's tokens: each rank's gradient is weighed by its own."""
+    """With "dapo" the loss divides by the whole batch's tokens: each rank's gradient is weighed
+    by its own tokens."""
     config = dataclasses.replace(config, loss_type=loss_type)
     result = launch(config, tmp_path, nproc=2, num_iterations=1, save_rollout=True)
     assert result["world_size"] == 2
