@@ -298,8 +298,9 @@ class LanguageModelTrainer(Trainer):
         for micro_batch, weight in zip(micro_batches, weights):
             with self.autocast():
                 loss, metrics = loss_of(micro_batch)
-            # one micro-batch: the loss itself, so that accumulation changes no bit
-            share = 1.0 if len(micro_batches) == 1 else weight / total
+            # one micro-batch: the loss itself, so that accumulation changes no bit; a batch of no
+            # weight (GRPO's "dapo" on completions all truncated and masked) adds nothing
+            share = 1.0 if len(micro_batches) == 1 else weight / total if total else 0.0
             (loss if share == 1.0 else loss * share).backward()
             for name, value in {"loss": loss, **metrics}.items():
                 number = value.item() if torch.is_tensor(value) else float(value)
@@ -315,8 +316,9 @@ class LanguageModelTrainer(Trainer):
     def stepped_models(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
         """The models this trainer's steps update, each with its optimizer, by name: the policy (or
         the reward model) as ``"policy"``; RLHF-PPO adds its critic. Data parallelism (Chapter
-        13) starts these from rank 0's weights and averages their gradients."""
-        return {"policy": (self.model, self.optimizer)}
+        13) starts these from rank 0's weights and averages their gradients. (A worker role that
+        holds no policy, Chapter 13's critic or reward, has no ``"policy"``.)"""
+        return {} if self.model is None else {"policy": (self.model, self.optimizer)}
 
     def shard_data(self, rank: int, world_size: int) -> None:
         """Data parallelism (Chapter 13's ``rlkit.systems.data_parallel``): this rank trains on

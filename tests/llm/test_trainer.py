@@ -49,6 +49,18 @@ def test_micro_batches_give_the_full_batch_step():
         assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-4)
 
 
+def test_micro_batches_of_no_weight_give_a_zero_gradient():
+    """GRPO's "dapo" on completions all truncated and masked weighs every micro-batch 0: the step
+    adds no gradient, where dividing by the total would stop the run."""
+    trainer = SFTTrainer(SFTConfig(**SMALL_SFT))
+
+    def loss_of(_):
+        return sum(parameter.sum() for parameter in trainer.model.parameters()), {}
+
+    stats = trainer.optimizer_step([0, 1], [0.0, 0.0], loss_of)
+    assert stats["grad_norm"] == 0.0
+
+
 def test_reward_model_micro_batches_give_the_full_batch_step():
     whole = steps(RewardModelTrainer(RewardModelConfig(**SMALL_RM)), 2)
     accumulated = steps(RewardModelTrainer(RewardModelConfig(**SMALL_RM, micro_batch_size=6)), 2)

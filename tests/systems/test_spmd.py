@@ -13,12 +13,13 @@ import time
 import psutil
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from rlkit.llm.generation import ResponseBatch, concatenate_responses
 from rlkit.llm.grpo import GRPOTrainer, Rollout
 from rlkit.llm.rlhf_ppo import Minibatch, RLHFPPOTrainer
-from rlkit.systems.spmd import launch, require_data_parallel_settings
+from rlkit.systems.spmd import GradientAverager, launch, require_data_parallel_settings
 from tests.systems.conftest import (
     adam_step_tolerance,
     assert_same_history,
@@ -53,13 +54,15 @@ def stacked(rollouts: list[Rollout], pad_id: int) -> Rollout:
     return Rollout(batch, advantages, rows("loss_mask"), rows("ref_logprobs"))
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+@pytest.mark.parametrize(
+    "loss_type, micro_batch_size", [("grpo", None), ("dapo", None), ("dapo", 3)]
+)
 def test_two_ranks_take_the_single_process_step_on_the_same_completions(
-    config, loss_type, tmp_path
+    config, loss_type, micro_batch_size, tmp_path
 ):
     """With "dapo" the loss divides by the whole batch's tokens: each rank's gradient is weighed
-    by its own tokens."""
-    config = dataclasses.replace(config, loss_type=loss_type)
+    by its own tokens (and, in micro-batches of 3 of a rank's 8 completions, each piece by its)."""
+    config = dataclasses.replace(config, loss_type=loss_type, micro_batch_size=micro_batch_size)
     result = launch(config, tmp_path, nproc=2, num_iterations=1, save_rollout=True)
     assert result["world_size"] == 2
     rollouts = [
@@ -198,6 +201,19 @@ def test_a_run_past_its_timeout_stops_torchrun_and_every_rank(config, tmp_path):
             if str(tmp_path) in " ".join(process.info["cmdline"] or []):
                 ranks.append(process)
     assert ranks == []
+
+
+def test_ranks_with_no_weight_at_all_average_to_a_zero_gradient(monkeypatch):
+    """ "dapo" with every completion of every rank truncated and masked: no division by zero."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    model = torch.nn.Linear(2, 1)
+    model(torch.ones(1, 2)).sum().mul(0.0).backward()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        GradientAverager()(model, 0.0)
+    finally:
+        dist.destroy_process_group()
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in model.parameters())
 
 
 @pytest.mark.parametrize(
