@@ -137,8 +137,9 @@ class GradientAverager:
         grads = [parameter.grad for parameter in trained]
         total = torch.tensor([weight], dtype=torch.float64, device=grads[0].device)
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        total = total.item()
         # no rank with any weight (every completion truncated and masked): nothing to average
-        share = weight * dist.get_world_size() / total.item() if total.item() > 0 else 0.0
+        share = weight * dist.get_world_size() / total if total > 0 else 0.0
         flat = torch.cat([grad.flatten() for grad in grads]) * share
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         flat /= dist.get_world_size()

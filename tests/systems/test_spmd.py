@@ -204,7 +204,8 @@ def test_a_run_past_its_timeout_stops_torchrun_and_every_rank(config, tmp_path):
 
 
 def test_ranks_with_no_weight_at_all_average_to_a_zero_gradient(monkeypatch):
-    """ "dapo" with every completion of every rank truncated and masked: no division by zero."""
+    """GRPO's "dapo" with every completion of every rank truncated and masked: no division by
+    zero."""
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     model = torch.nn.Linear(2, 1)
     model(torch.ones(1, 2)).sum().mul(0.0).backward()
