@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 import traceback
+import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -30,10 +33,23 @@ import nbformat
 from jupyter_cache import get_cache
 from jupyter_cache.cache.main import CacheBundleIn
 from jupyter_cache.executors.utils import single_nb_execution
+from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 TIMINGS = ROOT / "_build" / "notebook-seconds.json"  # last run's durations: the longest start first
+
+
+def kernel_config() -> Config:
+    """A kernel on Unix sockets, not TCP ports: a TCP port is chosen free and bound by the kernel a
+    moment later, and with notebooks and tests running side by side another process can take it in
+    between ("Address already in use"). The sockets' files get an absolute name of this kernel's own
+    (a relative one would be read from the notebook's folder by the kernel and from ours by the
+    client). zmq on Windows has no Unix sockets."""
+    if os.name == "nt":
+        return Config()
+    prefix = os.path.join(tempfile.gettempdir(), f"rlkit-kernel-{uuid.uuid4().hex[:12]}")
+    return Config({"KernelManager": {"transport": "ipc", "ip": prefix}})
 
 
 def execute(path: Path, timeout: int) -> tuple[Path, nbformat.NotebookNode, float, str | None]:
@@ -43,7 +59,11 @@ def execute(path: Path, timeout: int) -> tuple[Path, nbformat.NotebookNode, floa
     start = time.monotonic()
     try:  # a kernel that dies or cannot start is this notebook's failure, not the whole run's
         result = single_nb_execution(
-            notebook, cwd=str(path.parent), timeout=timeout, allow_errors=False
+            notebook,
+            cwd=str(path.parent),
+            timeout=timeout,
+            allow_errors=False,
+            config=kernel_config(),
         )
     except Exception:
         return path, notebook, time.monotonic() - start, traceback.format_exc()

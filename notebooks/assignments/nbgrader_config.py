@@ -6,6 +6,8 @@ next to them (all gitignored). See book/instructors.md.
 """
 
 import os
+import tempfile
+import uuid
 
 c = get_config()  # noqa: F821  (provided by nbgrader when it loads this file)
 
@@ -25,3 +27,12 @@ c.GenerateFeedback.preprocessors = [
 # nbgrader stops a cell after 30 seconds by default. A test cell of reinforce_baseline trains two small
 # agents (a few seconds each on a laptop): give slow or busy machines room.
 c.Execute.timeout = 300
+
+# Each grading kernel talks to nbgrader over Unix sockets, not TCP ports: a TCP port is chosen free and
+# bound by the kernel a moment later, and on a busy machine another process can take it in between (the
+# kernel dies with "Address already in use" and the submission goes ungraded). The sockets' files get an
+# absolute name of this run's own: the kernel runs in the submission's folder, and two graders must not
+# pick the same file. zmq on Windows has no Unix sockets.
+if os.name != "nt":
+    c.KernelManager.transport = "ipc"
+    c.KernelManager.ip = os.path.join(tempfile.gettempdir(), f"nbgrader-{uuid.uuid4().hex[:12]}")

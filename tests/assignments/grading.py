@@ -145,8 +145,10 @@ class Assignment:
         nbformat.write(nb, out)
 
     def autograde(self, course: Path, seed: str, student: str | None = None) -> None:
-        """Autograde every submission (or one student's) with the given grading seed."""
-        nbgrader(
+        """Autograde every submission (or one student's) with the given grading seed. The course's
+        config starts each kernel on Unix sockets: on TCP ports a kernel can lose its port to
+        another process (a submission ungraded, a CI run failed)."""
+        proc = nbgrader(
             course,
             "autograde",
             self.name,
@@ -155,6 +157,7 @@ class Assignment:
             *(("--student", student) if student else ()),
             seed=seed,
         )
+        assert "running over TCP" not in proc.stdout + proc.stderr, "a grading kernel used TCP"
 
     def grade_submissions(
         self,
