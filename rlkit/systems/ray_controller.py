@@ -204,9 +204,8 @@ class RayHost:
             ) from error
 
     def pid(self) -> int:
-        import ray
-
-        return ray.get(self.handle.pid.remote(), timeout=self.call_timeout)
+        """The worker's process id; a dead or silent worker is a ``WorkerFailed``, as in a call."""
+        return self.wait(RaySubmitted("host", "pid", self.handle.pid.remote()))
 
     def kill(self) -> None:
         import ray

@@ -138,6 +138,8 @@ def test_a_killed_actor_stops_the_run_with_an_error_naming_it(config, ray_sessio
     os.kill(flow.hosts["actor"].pid(), signal.SIGKILL)
     with pytest.raises(WorkerFailed, match=r"the worker of \['actor'\] died during actor"):
         flow.run_iteration()
+    with pytest.raises(WorkerFailed, match=r"the worker of \['actor'\] died during host.pid"):
+        flow.hosts["actor"].pid()  # a later call says so too, the driver's own as well
 
 
 def test_a_call_that_does_not_answer_in_time_stops_the_run(config, ray_session, close_workers):
