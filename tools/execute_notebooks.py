@@ -45,7 +45,7 @@ def kernel_config() -> Config:
     moment later, and with notebooks and tests running side by side another process can take it in
     between ("Address already in use"). The sockets' files get an absolute name of this kernel's own
     (a relative one would be read from the notebook's folder by the kernel and from ours by the
-    client). zmq on Windows has no Unix sockets."""
+    client). Windows keeps TCP, the transport Jupyter's kernels support there."""
     if os.name == "nt":
         return Config()
     prefix = os.path.join(tempfile.gettempdir(), f"rlkit-kernel-{uuid.uuid4().hex[:12]}")

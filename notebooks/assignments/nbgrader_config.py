@@ -32,7 +32,7 @@ c.Execute.timeout = 300
 # bound by the kernel a moment later, and on a busy machine another process can take it in between (the
 # kernel dies with "Address already in use" and the submission goes ungraded). The sockets' files get an
 # absolute name of this run's own: the kernel runs in the submission's folder, and two graders must not
-# pick the same file. zmq on Windows has no Unix sockets.
+# pick the same file. Windows keeps TCP, the transport Jupyter's kernels support there.
 if os.name != "nt":
     c.KernelManager.transport = "ipc"
     c.KernelManager.ip = os.path.join(tempfile.gettempdir(), f"nbgrader-{uuid.uuid4().hex[:12]}")

@@ -183,7 +183,7 @@ class RayHost:
         return RaySubmitted(role, method, reference)
 
     def wait(self, submitted):
-        """The result of a submitted call and the seconds it computed."""
+        """The result of a submitted call (a role's: its result and the seconds it computed)."""
         import ray
 
         role, method, reference = submitted.role, submitted.method, submitted.reference
