@@ -75,16 +75,24 @@ class RemoteCollector:
         self.agent, self.timeout = agent, timeout
         self.workers = [remote_worker.remote(config, i, num_workers) for i in range(num_workers)]
         self.env_steps = 0
+        self.stopped_because: str | None = None
 
     def _get(self, references):
         import ray
 
+        if self.stopped_because is not None:
+            raise WorkerFailed(f"the rollout workers were stopped: {self.stopped_because}")
         try:
             return ray.get(references, timeout=self.timeout)
         except ray.exceptions.RayActorError as error:
-            raise WorkerFailed(f"a rollout worker died: {type(error).__name__}") from error
+            # the others cannot go on without its env copies: stop them now, not at the run's close
+            self.close(f"a rollout worker died ({type(error).__name__})")
+            raise WorkerFailed(
+                f"a rollout worker died: {type(error).__name__} (the others were stopped)"
+            ) from error
         except ray.exceptions.GetTimeoutError as error:
-            self.close()  # or the late ones go on sampling for nobody
+            # or the late ones go on sampling for nobody
+            self.close(f"one did not answer within {self.timeout} s")
             raise WorkerFailed(
                 f"a rollout worker did not answer within {self.timeout} s (the workers were "
                 "stopped)"
@@ -113,11 +121,14 @@ class RemoteCollector:
         self._get([w.load_state_dict.remote(s) for w, s in zip(self.workers, state["workers"])])
         self.env_steps = state["env_steps"]
 
-    def close(self) -> None:
+    def close(self, reason: str = "the run was closed") -> None:
+        """Stop the workers; a later call says why (the first reason given)."""
         import ray
 
         for worker in self.workers:
             ray.kill(worker, no_restart=True)
+        if self.stopped_because is None:
+            self.stopped_because = reason
 
 
 class RayA2CTrainer(A2CTrainer):

@@ -1,7 +1,7 @@
 """A2C with its rollout workers as Ray actors: one worker is the single-process trainer, update
 by update; two workers play the same env copies (copy j seeded seed + j) and the learner steps on
-their joined rollout; a resumed run equals the whole; workers that do not answer in time are
-stopped. (Marked ``alone``.)"""
+their joined rollout; a resumed run equals the whole; workers that do not answer in time, or
+outlive one that died, are stopped. (Marked ``alone``.)"""
 
 from __future__ import annotations
 
@@ -81,6 +81,22 @@ def test_workers_that_do_not_answer_in_time_stop_the_run_and_are_stopped():
         for worker in trainer.collector.workers:  # not left sampling for nobody
             with pytest.raises(ray.exceptions.RayActorError):
                 ray.get(worker.state_dict.remote(), timeout=120)
+        with pytest.raises(WorkerFailed, match=r"stopped: one did not answer within 0.01 s"):
+            trainer.collector.state_dict()  # a later call says why, not that a worker died
+    finally:
+        trainer.close()
+
+
+def test_a_dead_worker_stops_the_run_and_the_others():
+    trainer = RayA2CTrainer(CONFIG, num_workers=2)
+    try:
+        trainer.run_update()
+        dead, survivor = trainer.collector.workers
+        ray.kill(dead, no_restart=True)
+        with pytest.raises(WorkerFailed, match=r"a rollout worker died: .*the others were stopped"):
+            trainer.run_update()
+        with pytest.raises(ray.exceptions.RayActorError):  # not left holding a core until close
+            ray.get(survivor.state_dict.remote(), timeout=120)
     finally:
         trainer.close()
 
